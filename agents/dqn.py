@@ -1,0 +1,128 @@
+"""DQN and Double DQN, built from TF-Agents' agents.
+
+Only `make_agent` is Gin-configurable; it takes the specs and the step counter
+from the experiment wiring and never builds envs, buffers or writers.
+"""
+
+import gin
+import tensorflow as tf
+from tf_agents.agents.dqn import dqn_agent
+from tf_agents.networks import q_network
+from tf_agents.trajectories import trajectory as trajectory_lib
+from tf_agents.utils import common
+
+from agents.networks import make_optimizer
+from agents.nstep import stop_windows_at_episode_end
+from experiment.errors import UserError
+
+_LOSSES = {
+    'huber': common.element_wise_huber_loss,
+    'mse': common.element_wise_squared_loss,
+}
+
+
+class _EpisodeAwareNStepMixin:
+    """Makes n-step targets stop at episode ends (see agents/nstep.py)."""
+
+    def _loss(self, experience, *args, **kwargs):
+        if isinstance(experience, trajectory_lib.Trajectory):
+            experience = stop_windows_at_episode_end(experience, self._gamma)
+        return super()._loss(experience, *args, **kwargs)
+
+
+class DqnAgent(_EpisodeAwareNStepMixin, dqn_agent.DqnAgent):
+    """TF-Agents' DqnAgent with truncation-safe n-step targets."""
+
+
+class DdqnAgent(_EpisodeAwareNStepMixin, dqn_agent.DdqnAgent):
+    """TF-Agents' DdqnAgent with truncation-safe n-step targets."""
+
+
+def linear_epsilon(train_step, *, start, end, decay_steps):
+    """Returns a callable: epsilon falling linearly from start to end over decay_steps."""
+    def epsilon():
+        fraction = tf.minimum(tf.cast(train_step, tf.float32) / float(max(decay_steps, 1)), 1.0)
+        return start + fraction * (end - start)
+    return epsilon
+
+
+@gin.configurable(module='dqn')
+def make_agent(time_step_spec, action_spec, train_step, *,
+               fc_layer_params=(100,),
+               optimizer='adam',
+               learning_rate=1e-3,
+               epsilon_start=1.0,
+               epsilon_end=0.05,
+               epsilon_decay_steps=10_000,
+               target_update_period=1,
+               target_update_tau=1.0,
+               double_dqn=True,
+               n_step_update=1,
+               gamma=0.99,
+               td_loss='huber',
+               gradient_clipping=None,
+               reward_scale_factor=1.0):
+    """Builds a (Double) DQN agent for a discrete, scalar action spec.
+
+    Args:
+      time_step_spec: the environment's `TimeStep` spec.
+      action_spec: a scalar integer `BoundedTensorSpec`.
+      train_step: int64 variable counting gradient steps.
+      fc_layer_params: hidden layer sizes of the Q-network.
+      optimizer: 'adam', 'rmsprop' or 'sgd'.
+      learning_rate: optimizer learning rate.
+      epsilon_start: collect-policy epsilon at train step 0.
+      epsilon_end: epsilon after `epsilon_decay_steps` gradient steps.
+      epsilon_decay_steps: gradient steps over which epsilon decays linearly
+        (TF-Agents counts schedules in train steps).
+      target_update_period: gradient steps between target-network updates.
+      target_update_tau: 1.0 copies the network; < 1 is a soft (Polyak) update.
+      double_dqn: use Double DQN's target (online argmax, target value).
+      n_step_update: steps per bootstrapped target; targets stop at episode ends.
+      gamma: discount factor.
+      td_loss: 'huber' or 'mse'.
+      gradient_clipping: global-norm clip, or None.
+      reward_scale_factor: multiplies rewards in the target.
+
+    Returns:
+      A `tf_agents.agents.TFAgent`.
+    """
+    if td_loss not in _LOSSES:
+        raise UserError(f"Unknown dqn.make_agent.td_loss {td_loss!r}: choose 'huber' or 'mse'.")
+    if n_step_update < 1:
+        raise UserError(f"dqn.make_agent.n_step_update must be >= 1, got {n_step_update}.")
+    if not 0 < gamma <= 1:
+        raise UserError(f"dqn.make_agent.gamma must be in (0, 1], got {gamma}.")
+    if tf.nest.flatten(action_spec)[0].dtype.is_floating:
+        raise UserError("DQN needs a discrete action space; use SAC for continuous actions.")
+    network = q_network.QNetwork(
+        time_step_spec.observation, action_spec, fc_layer_params=tuple(fc_layer_params))
+    agent_cls = DdqnAgent if double_dqn else DqnAgent
+    epsilon = linear_epsilon(
+        train_step, start=epsilon_start, end=epsilon_end, decay_steps=epsilon_decay_steps)
+    agent = agent_cls(
+        time_step_spec,
+        action_spec,
+        q_network=network,
+        optimizer=make_optimizer(optimizer, learning_rate),
+        epsilon_greedy=epsilon,
+        n_step_update=n_step_update,
+        target_update_period=target_update_period,
+        target_update_tau=target_update_tau,
+        td_errors_loss_fn=_LOSSES[td_loss],
+        gamma=gamma,
+        reward_scale_factor=reward_scale_factor,
+        gradient_clipping=gradient_clipping,
+        train_step_counter=train_step)
+    agent.initialize()
+    # Agent-specific scalars the experiment writes to TensorBoard (name -> callable).
+    agent.summary_scalars = {'train/epsilon': epsilon}
+    agent.batch_diagnostics = lambda experience: {'mean_q': _mean_max_q(network, experience)}
+    return agent
+
+
+def _mean_max_q(network, experience):
+    """Mean over a sampled batch of max_a Q(s, a), a cheap over-estimation gauge."""
+    first_frame = tf.nest.map_structure(lambda x: x[:, 0], experience.observation)
+    q_values, _ = network(first_frame, step_type=experience.step_type[:, 0])
+    return tf.reduce_mean(tf.reduce_max(q_values, axis=-1))

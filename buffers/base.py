@@ -1,0 +1,90 @@
+"""The one replay-buffer contract every backend implements.
+
+The training loop, the checkpointing code and the summaries talk to replay
+only through `ReplayBackend`, so a backend is switched by a single Gin binding
+and nothing else changes. Capacity always counts transitions (env steps summed
+over all batched env copies), whatever the backend stores underneath.
+"""
+
+from typing import Any, Mapping, NamedTuple, Protocol, runtime_checkable
+
+import tensorflow as tf
+
+from experiment.errors import UserError
+
+
+class SampleInfo(NamedTuple):
+    """What a backend says about a sampled batch.
+
+    One shape for TF-Agents' `BufferInfo` and Reverb's `SampleInfo`, so that a
+    prioritized learner can feed priorities back through `update_priorities`
+    whatever the backend.
+
+    Attributes:
+      keys: int64 [B], the key of each sampled window's first item.
+      probabilities: float32 [B], the probability with which each window was
+        drawn (what importance-sampling weights are computed from).
+    """
+
+    keys: tf.Tensor
+    probabilities: tf.Tensor
+
+
+@runtime_checkable
+class ReplayBackend(Protocol):
+    """One replay buffer: a write side for actors and a read side for the learner."""
+
+    supports_xla: bool
+
+    def add(self, trajectory) -> None:
+        """Adds one batched step `[N, ...]` (N = env copies); an observer."""
+
+    def sample(self, batch_size: int, num_steps: int):
+        """Returns `(Trajectory [B, T, ...], SampleInfo)`; callable in tf.function."""
+
+    def as_dataset(self, batch_size: int, num_steps: int) -> tf.data.Dataset:
+        """An endless dataset of `(Trajectory, SampleInfo)` batches."""
+
+    def update_priorities(self, keys, priorities) -> None:
+        """Sets priorities of sampled items; a no-op on uniform backends."""
+
+    def metrics(self) -> Mapping[str, float]:
+        """Current size, capacity, fill ratio and counters, as Python floats."""
+
+    def checkpoint_items(self) -> Mapping[str, Any]:
+        """The trackables a training checkpoint saves and restores."""
+
+    def close(self) -> None:
+        """Releases resources; calling it twice is harmless."""
+
+
+def validate_capacity(capacity: int, *, batch_size: int, num_envs: int, num_steps: int) -> int:
+    """Checks a replay capacity before any memory is allocated.
+
+    Args:
+      capacity: transitions to keep, summed over env copies.
+      batch_size: windows per sampled batch.
+      num_envs: batched env copies writing to the buffer.
+      num_steps: window length sampled by the learner.
+
+    Returns:
+      The number of rows kept per env copy.
+
+    Raises:
+      UserError: when the capacity cannot hold what the learner samples.
+    """
+    if not isinstance(capacity, int) or capacity <= 0:
+        raise UserError(
+            f"replay_capacity must be a positive integer, got {capacity!r}: "
+            "set e.g. --gin_bindings='run.replay_capacity=100000'.")
+    if capacity < batch_size:
+        raise UserError(
+            f"replay_capacity={capacity} is smaller than batch_size={batch_size}: "
+            "raise run.replay_capacity or lower the batch size.")
+    rows_per_env = capacity // num_envs
+    if rows_per_env < num_steps:
+        raise UserError(
+            f"replay_capacity={capacity} split over {num_envs} env copies keeps "
+            f"{rows_per_env} steps per copy, fewer than the {num_steps}-step windows "
+            f"the agent samples: raise run.replay_capacity to at least {num_steps * num_envs}.")
+    return rows_per_env

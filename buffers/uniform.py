@@ -1,0 +1,132 @@
+"""Uniform replay as a ring buffer of plain TF variables.
+
+Why not `TFUniformReplayBuffer`: it guards its storage with a CriticalSection,
+which XLA cannot compile, so a fused collect-and-train loop around it cannot be
+jit-compiled. Here storage is one flat variable per data leaf, indexed
+`row = slot * num_envs + env`, and sampling is a `tf.gather` -- every op has an
+XLA kernel.
+
+Each row stores one time step of one env copy (a `Trajectory` step), so an
+observation is stored once, not twice as (obs, next_obs) pairs would be.
+"""
+
+import gin
+import tensorflow as tf
+
+from buffers.base import SampleInfo, validate_capacity
+
+
+@gin.configurable
+class UniformReplay(tf.Module):
+    """In-process uniform replay over `num_envs` batched env copies.
+
+    Sampled windows are `num_steps` consecutive steps of one env copy; they may
+    cross an episode boundary (LAST -> FIRST) exactly as TF-Agents' buffers do,
+    and agents mask those boundary transitions.
+    """
+
+    supports_xla = True
+
+    def __init__(self, data_spec, *, capacity, num_envs=1, batch_size=1, num_steps=2, seed=0,
+                 name='uniform_replay'):
+        """Allocates storage for `capacity` transitions.
+
+        Args:
+          data_spec: nest of `tf.TensorSpec`, normally `agent.collect_data_spec`.
+          capacity: transitions kept, summed over env copies.
+          num_envs: batch size of every `add` call.
+          batch_size: the learner's batch size (validated against capacity).
+          num_steps: the learner's window length (validated against capacity).
+          seed: seeds the sampling RNG, which is checkpointed with the buffer.
+          name: module name.
+        """
+        super().__init__(name=name)
+        self._rows_per_env = validate_capacity(
+            capacity, batch_size=batch_size, num_envs=num_envs, num_steps=num_steps)
+        self._data_spec = data_spec
+        self._num_envs = num_envs
+        self._capacity = self._rows_per_env * num_envs
+        total_rows = self._capacity
+        self._storage = tf.nest.map_structure(
+            lambda spec: tf.Variable(
+                tf.zeros([total_rows, *spec.shape], spec.dtype), trainable=False),
+            data_spec)
+        self._num_adds = tf.Variable(0, dtype=tf.int64, trainable=False, name='num_adds')
+        self._num_sampled = tf.Variable(0, dtype=tf.int64, trainable=False, name='num_sampled')
+        self._rng = tf.random.Generator.from_seed(seed)
+        self._closed = False
+
+    @property
+    def capacity(self):
+        return self._capacity
+
+    @property
+    def data_spec(self):
+        return self._data_spec
+
+    def add(self, trajectory):
+        """Writes one batched step `[num_envs, ...]` at the ring's write slot."""
+        slot = self._num_adds % self._rows_per_env
+        rows = slot * self._num_envs + tf.range(self._num_envs, dtype=tf.int64)
+        for var, value in zip(tf.nest.flatten(self._storage), tf.nest.flatten(trajectory)):
+            var.scatter_update(tf.IndexedSlices(value, rows))
+        self._num_adds.assign_add(1)
+
+    def sample(self, batch_size, num_steps):
+        """Draws `batch_size` windows of `num_steps` steps, uniformly.
+
+        Only windows lying wholly inside the last `rows_per_env` steps are valid,
+        so a window never mixes overwritten and fresh rows.
+        """
+        num_adds = self._num_adds.read_value()
+        oldest = tf.maximum(num_adds - self._rows_per_env, 0)
+        num_starts = tf.maximum(num_adds - num_steps + 1 - oldest, 1)
+        start = oldest + self._rng.uniform([batch_size], 0, num_starts, dtype=tf.int64)
+        env = self._rng.uniform([batch_size], 0, self._num_envs, dtype=tf.int64)
+        steps = start[:, None] + tf.range(num_steps, dtype=tf.int64)[None, :]
+        rows = (steps % self._rows_per_env) * self._num_envs + env[:, None]
+        flat_rows = tf.reshape(rows, [-1])
+        window = tf.nest.map_structure(
+            lambda var: tf.reshape(
+                tf.gather(var, flat_rows), [batch_size, num_steps, *var.shape[1:]]),
+            self._storage)
+        self._num_sampled.assign_add(batch_size)
+        probability = 1.0 / tf.cast(num_starts * self._num_envs, tf.float32)
+        info = SampleInfo(keys=start * self._num_envs + env,
+                          probabilities=tf.fill([batch_size], probability))
+        return window, info
+
+    def as_dataset(self, batch_size, num_steps):
+        """An endless dataset of sampled batches, for learners fed by tf.data."""
+        return tf.data.Dataset.from_tensors(0).repeat().map(
+            lambda _: self.sample(batch_size, num_steps))
+
+    def update_priorities(self, keys, priorities):
+        """Uniform replay has no priorities; accepting the call keeps loops backend-agnostic."""
+        del keys, priorities
+
+    def size(self):
+        """Transitions currently stored (a tensor)."""
+        return tf.minimum(self._num_adds, self._rows_per_env) * self._num_envs
+
+    def metrics(self):
+        size = float(self.size().numpy())
+        return {
+            'size': size,
+            'capacity': float(self._capacity),
+            'fill_ratio': size / self._capacity,
+            'inserted': float(self._num_adds.numpy() * self._num_envs),
+            'sampled': float(self._num_sampled.numpy()),
+        }
+
+    def checkpoint_items(self):
+        return {
+            'storage': tf.nest.flatten(self._storage),
+            'num_adds': self._num_adds,
+            'num_sampled': self._num_sampled,
+            'rng': self._rng,
+        }
+
+    def close(self):
+        """Drops the storage references so their memory can be freed; idempotent."""
+        self._closed = True

@@ -1,0 +1,150 @@
+"""Gin-configurable factory for batched Gymnasium environments.
+
+Training code always sees a batched `PyEnvironment` (batch_size == num_envs,
+even for one copy), so it never has to special-case unbatched time steps.
+"""
+
+import difflib
+import functools
+import re
+
+import gin
+import gymnasium
+from gymnasium import error as gym_error
+from tf_agents.environments import batched_py_environment
+from tf_agents.environments import parallel_py_environment
+from tf_agents.system import system_multiprocessing
+
+from envs.gymnasium_env import GymnasiumEnvironment
+from experiment.errors import UserError
+
+
+@gin.configurable
+def make_env(env_id='CartPole-v1', num_envs=1, parallel=False, seed=0,
+             max_episode_steps=None, float32_observations=True,
+             env_kwargs=None):
+    """Makes `num_envs` seeded copies of a Gymnasium env as one batched env.
+
+    With `parallel=True` each copy runs in its own subprocess through
+    TF-Agents' `ParallelPyEnvironment`. TF-Agents refuses to start processes
+    until its multiprocessing module is initialised (normally by wrapping
+    `main` in `tf_agents.system.multiprocessing.handle_main`); if nothing has
+    done so, this function calls `enable_interactive_mode()`, so plain
+    scripts and pytest work as they are. Processes are started with the
+    platform's default method: `fork` on Linux needs nothing more, while
+    `spawn` (macOS, Windows) re-imports the main module in every child, so
+    there the call must sit under `if __name__ == '__main__':`. Close the
+    returned env to stop its processes (they are also stopped at exit).
+
+    Args:
+      env_id: A registered Gymnasium id, e.g. 'CartPole-v1'.
+      num_envs: Number of copies, at least 1.
+      parallel: Whether to step copies in subprocesses instead of in turn.
+      seed: Copy i is seeded with `seed + i`, so copies see different
+        episodes yet a run is reproducible. None leaves them unseeded.
+      max_episode_steps: Overrides the registered time limit when not None.
+      float32_observations: Whether float64 observations become float32.
+      env_kwargs: Extra keyword arguments for the env's constructor.
+
+    Returns:
+      A batched `PyEnvironment` with `batch_size == num_envs`.
+
+    Raises:
+      UserError: On a bad `num_envs`, an unknown id, or an env that cannot
+        be made as configured.
+    """
+    _check_num_envs(num_envs)
+    constructors = [
+        functools.partial(
+            _make_one, env_id,
+            seed=None if seed is None else seed + index,
+            max_episode_steps=max_episode_steps,
+            float32_observations=float32_observations,
+            env_kwargs=env_kwargs)
+        for index in range(num_envs)
+    ]
+    if parallel:
+        return _make_parallel(constructors, env_id, max_episode_steps,
+                              env_kwargs)
+    return batched_py_environment.BatchedPyEnvironment(
+        [construct() for construct in constructors], multithreading=False)
+
+
+def _check_num_envs(num_envs):
+    """Rejects counts that would silently make an empty or odd batch."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or (
+            num_envs < 1):
+        raise UserError(
+            f'num_envs must be a positive integer, got {num_envs!r}; '
+            'set make_env.num_envs to 1 or more.')
+
+
+def _make_one(env_id, *, seed, max_episode_steps, float32_observations,
+              env_kwargs):
+    """Makes one wrapped copy; module-level so subprocesses can unpickle it."""
+    return GymnasiumEnvironment(
+        _make_gym_env(env_id, max_episode_steps, env_kwargs),
+        float32_observations=float32_observations, seed=seed)
+
+
+def _make_parallel(constructors, env_id, max_episode_steps, env_kwargs):
+    """Runs each constructor in its own subprocess.
+
+    A failure inside a TF-Agents worker surfaces only as an AssertionError
+    carrying the child's stack trace, so one throwaway copy is made here
+    first: configuration mistakes then raise our one-line `UserError`.
+    """
+    _make_gym_env(env_id, max_episode_steps, env_kwargs).close()
+    _ensure_multiprocessing_initialized()
+    return parallel_py_environment.ParallelPyEnvironment(
+        constructors, start_serially=False)
+
+
+def _ensure_multiprocessing_initialized():
+    """Lets TF-Agents start processes even without `handle_main`."""
+    try:
+        system_multiprocessing.enable_interactive_mode()
+    except ValueError:
+        pass  # Already initialised, by handle_main or an earlier call.
+
+
+def _make_gym_env(env_id, max_episode_steps, env_kwargs):
+    """Calls `gymnasium.make`, turning its errors into one-line UserErrors.
+
+    Gymnasium's messages are multi-line or miss the fix (its suggestions
+    only cover the name part of the id), and `train.py` prints UserErrors
+    as a single line, so the message is rebuilt here.
+    """
+    try:
+        return gymnasium.make(
+            env_id, max_episode_steps=max_episode_steps,
+            **(env_kwargs or {}))
+    except gym_error.UnregisteredEnv:
+        raise UserError(_unknown_id_message(
+            f'Unknown environment id {env_id!r}.', env_id)) from None
+    except gym_error.DeprecatedEnv:
+        raise UserError(_unknown_id_message(
+            f'Environment id {env_id!r} is deprecated.', env_id)) from None
+    except gym_error.DependencyNotInstalled as err:
+        raise UserError(
+            f'Environment {env_id!r} needs a package that is not installed: '
+            f'{_one_line(err)}') from None
+    except gym_error.Error as err:
+        raise UserError(
+            f'Cannot make environment {env_id!r}: {_one_line(err)} '
+            'Registered ids are listed by gymnasium.pprint_registry().'
+        ) from None
+
+
+def _unknown_id_message(problem, env_id):
+    """Appends the closest registered ids, so typos are a glance to fix."""
+    matches = difflib.get_close_matches(
+        str(env_id), list(gymnasium.envs.registry.keys()), n=3)
+    suggestion = f' Did you mean: {", ".join(matches)}?' if matches else ''
+    return (f'{problem}{suggestion} Registered ids are listed by '
+            'gymnasium.pprint_registry().')
+
+
+def _one_line(err):
+    """Collapses an exception message onto one line."""
+    return re.sub(r'\s+', ' ', str(err)).strip()

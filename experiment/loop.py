@@ -1,0 +1,79 @@
+"""The hot path: collection and training, each a whole chunk per call.
+
+One call of `collect` steps the batched environment `collect_steps` times
+inside a `tf.function` (the env is a py_function there) and writes every step
+to the replay backend. One call of `train` samples and takes `train_steps`
+gradient steps inside one `tf.function`, compiled with XLA when the backend
+supports it. Python sees the loop only once per chunk, which is what makes the
+loop fast; summaries read counters between chunks, never per step.
+"""
+
+import tensorflow as tf
+from tf_agents.policies import random_tf_policy
+from tf_agents.trajectories import trajectory as trajectory_lib
+
+
+class FusedLoop:
+    """Compiled collect and train chunks around one agent, env and backend."""
+
+    def __init__(self, *, agent, tf_env, backend, observers, env_steps, batch_size, num_steps,
+                 train_steps, use_xla):
+        """Builds (but does not trace) the compiled chunks.
+
+        Args:
+          agent: the TF-Agents agent being trained.
+          tf_env: a batched `TFPyEnvironment`.
+          backend: the `ReplayBackend` receiving every collected step.
+          observers: extra callables fed each batched `Trajectory` (metrics).
+          env_steps: int64 variable counting env steps over all copies.
+          batch_size: windows per gradient step.
+          num_steps: window length, `agent.train_sequence_length`.
+          train_steps: gradient steps per `train` call.
+          use_xla: jit-compile `train` (only if the backend supports XLA).
+        """
+        self._agent = agent
+        self._env = tf_env
+        self._backend = backend
+        self._observers = [backend.add, *observers]
+        self._env_steps = env_steps
+        self._batch_size = batch_size
+        self._num_steps = num_steps
+        self._train_steps = train_steps
+        self.uses_xla = bool(use_xla and backend.supports_xla)
+        random_policy = random_tf_policy.RandomTFPolicy(
+            tf_env.time_step_spec(), tf_env.action_spec(),
+            info_spec=agent.collect_policy.info_spec)
+        step_count = tf.TensorSpec([], tf.int32)
+        self.collect = tf.function(
+            lambda steps: self._run_policy(agent.collect_policy, steps), input_signature=[step_count])
+        self.collect_random = tf.function(
+            lambda steps: self._run_policy(random_policy, steps), input_signature=[step_count])
+        self.train = tf.function(self._train_chunk, jit_compile=self.uses_xla)
+
+    def _run_policy(self, policy, steps):
+        """Steps every env copy `steps` times with `policy`, feeding the observers."""
+        time_step = self._env.current_time_step()
+        for _ in tf.range(steps):
+            action_step = policy.action(time_step)
+            next_time_step = self._env.step(action_step.action)
+            transition = trajectory_lib.from_transition(time_step, action_step, next_time_step)
+            for observer in self._observers:
+                observer(transition)
+            time_step = next_time_step
+        self._env_steps.assign_add(tf.cast(steps * self._env.batch_size, tf.int64))
+        return self._env_steps.read_value()
+
+    def _train_chunk(self):
+        """Takes `train_steps` gradient steps; returns the mean loss and diagnostics."""
+        total_loss = tf.constant(0.0)
+        for _ in tf.range(self._train_steps - 1):
+            total_loss += self._train_once()[0]
+        # The last step stays outside the loop so its batch can feed diagnostics.
+        loss, experience = self._train_once()
+        diagnostics = dict(self._agent.batch_diagnostics(experience))
+        diagnostics['loss'] = (total_loss + loss) / float(self._train_steps)
+        return diagnostics
+
+    def _train_once(self):
+        experience, _ = self._backend.sample(self._batch_size, self._num_steps)
+        return self._agent.train(experience).loss, experience

@@ -1,0 +1,38 @@
+"""One console line at a time: env step, last eval return, speed, ETA."""
+
+import datetime
+import time
+
+_MIN_SECONDS_BETWEEN_LINES = 10.0
+
+
+class Progress:
+    """Prints progress lines; at most one every 10 s unless an eval just ran."""
+
+    def __init__(self, total_steps, *, start_step=0, enabled=True):
+        self._total = total_steps
+        self._enabled = enabled
+        self._start = time.perf_counter()
+        self._last_line = self._start
+        self._last_step = start_step
+        self._last_time = self._start
+
+    def elapsed(self):
+        return time.perf_counter() - self._start
+
+    def maybe_line(self, step, eval_return):
+        if time.perf_counter() - self._last_line >= _MIN_SECONDS_BETWEEN_LINES:
+            self.line(step, eval_return)
+
+    def line(self, step, eval_return):
+        now = time.perf_counter()
+        rate = (step - self._last_step) / max(now - self._last_time, 1e-9)
+        self._last_step, self._last_time, self._last_line = step, now, now
+        if not self._enabled:
+            return
+        eval_text = '   n/a' if eval_return is None else f'{eval_return:8.1f}'
+        eta = '--:--:--'
+        if rate > 0:
+            eta = str(datetime.timedelta(seconds=int((self._total - step) / rate)))
+        print(f'step {step:>10,}/{self._total:,} | eval return {eval_text} | '
+              f'{rate:7,.0f} env steps/s | ETA {eta}', flush=True)

@@ -1,0 +1,10 @@
+"""Imports every module that registers Gin configurables.
+
+Gin can only bind names that have been registered, so config parsing imports
+this module first. Add new agents and backends here.
+"""
+
+import agents.dqn  # noqa: F401
+import buffers.uniform  # noqa: F401
+import envs.suite  # noqa: F401
+import experiment.run  # noqa: F401

@@ -1,0 +1,277 @@
+"""The experiment wiring: the only place that constructs and connects objects.
+
+`run` builds the envs, the agent, the replay backend, the compiled loop, the
+checkpointer and the summary writer, then trains: initial random collection,
+collect/train chunks at the configured ratio, periodic greedy evaluation,
+summaries and checkpoints, and finally a SavedModel of the greedy policy.
+It returns the final metrics (tests and sweeps assert on them).
+"""
+
+import os
+import signal
+import time
+
+import gin
+import tensorflow as tf
+from tf_agents.environments import tf_py_environment
+from tf_agents.metrics import tf_metrics
+
+from buffers.uniform import UniformReplay
+from envs.suite import make_env
+from experiment import rundir, tags
+from experiment.checkpointing import Checkpointer
+from experiment.errors import UserError
+from experiment.evaluation import Evaluator
+from experiment.export import export_policy
+from experiment.loop import FusedLoop
+from experiment.progress import Progress
+from experiment.summaries import SummaryWriter
+
+
+class _Interrupt:
+    """Turns SIGINT into a flag the loop checks between chunks."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def __enter__(self):
+        try:
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread: leave signals alone
+            self._previous = None
+        return self
+
+    def _handle(self, signum, frame):
+        del signum, frame
+        self.requested = True
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+def _configure_tf(seed, tf_threads):
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(tf_threads)
+        tf.config.threading.set_inter_op_parallelism_threads(tf_threads)
+    except RuntimeError:
+        pass  # TF already initialised in this process (tests run several experiments)
+    tf.random.set_seed(seed)
+
+
+def _validate(*, num_env_steps, collect_steps_per_iteration, num_envs, train_steps_per_iteration,
+              initial_collect_steps, batch_size):
+    if collect_steps_per_iteration % num_envs:
+        raise UserError(
+            f"run.collect_steps_per_iteration={collect_steps_per_iteration} is not a multiple of "
+            f"make_env.num_envs={num_envs}: every env copy steps equally, so pick a multiple.")
+    if train_steps_per_iteration < 1 or num_env_steps < 1 or batch_size < 1:
+        raise UserError("run.train_steps_per_iteration, run.num_env_steps and run.batch_size "
+                        "must be positive.")
+    if initial_collect_steps < batch_size:
+        raise UserError(
+            f"run.initial_collect_steps={initial_collect_steps} is below batch_size={batch_size}: "
+            "the first gradient step would sample from a nearly empty buffer; raise it.")
+
+
+def _resume_seed(seed, env_step):
+    """A fresh, reproducible seed for RNG streams restarted at a resume."""
+    return seed if env_step == 0 else (seed * 1_000_003 + env_step) % (2**31 - 1)
+
+
+def _crossed(interval, before, after):
+    return interval > 0 and after // interval > before // interval
+
+
+@gin.configurable(denylist=['root_dir', 'seed', 'force'])
+def run(root_dir, seed=0, force=False, *,
+        make_agent=gin.REQUIRED,
+        num_env_steps=50_000,
+        initial_collect_steps=1_000,
+        collect_steps_per_iteration=32,
+        train_steps_per_iteration=32,
+        batch_size=64,
+        replay_backend=UniformReplay,
+        replay_capacity=100_000,
+        eval_interval=5_000,
+        num_eval_episodes=10,
+        target_return=None,
+        stop_at_target_return=False,
+        checkpoint_interval=10_000,
+        summary_interval=1_000,
+        use_xla=True,
+        tf_threads=1,
+        export_final_policy=True,
+        verbose=True):
+    """Trains one agent; resumes if root_dir already holds this run.
+
+    Args:
+      root_dir: run directory (not configurable; from --root_dir).
+      seed: run seed (not configurable; from --seed).
+      force: resume even though the config changed (from --force).
+      make_agent: agent factory, e.g. `@dqn.make_agent`.
+      num_env_steps: total env steps, summed over env copies, initial collection included.
+      initial_collect_steps: env steps of uniform-random actions before training.
+      collect_steps_per_iteration: env steps (over all copies) per collect chunk.
+      train_steps_per_iteration: gradient steps per train chunk; the ratio of the
+        two is the replay ratio (1:1 is one gradient step per env step).
+      batch_size: windows per gradient step.
+      replay_backend: the backend class, e.g. `@UniformReplay`.
+      replay_capacity: transitions kept (over all env copies).
+      eval_interval: env steps between greedy evaluations.
+      num_eval_episodes: episodes per evaluation, played side by side.
+      target_return: eval return that counts as solved (reported as steps_to_target).
+      stop_at_target_return: stop training once target_return is reached.
+      checkpoint_interval: env steps between checkpoints.
+      summary_interval: env steps between training summaries.
+      use_xla: jit-compile the train chunk when the backend supports it.
+      tf_threads: TF intra/inter-op threads (1 is fastest for small networks).
+      export_final_policy: write the greedy policy as a SavedModel at the end.
+      verbose: print progress lines.
+
+    Returns:
+      A dict of final metrics (also written to root_dir/metrics.json).
+    """
+    resuming = rundir.prepare(root_dir, gin.config_str(), force=force)
+    _configure_tf(seed, tf_threads)
+    env_step = tf.Variable(0, dtype=tf.int64, name='env_step')
+    train_step = tf.Variable(0, dtype=tf.int64, name='train_step')
+
+    probe_env = make_env(seed=seed)
+    num_envs = probe_env.batch_size
+    _validate(num_env_steps=num_env_steps, collect_steps_per_iteration=collect_steps_per_iteration,
+              num_envs=num_envs, train_steps_per_iteration=train_steps_per_iteration,
+              initial_collect_steps=initial_collect_steps, batch_size=batch_size)
+    tf_env = tf_py_environment.TFPyEnvironment(probe_env)
+    agent = make_agent(tf_env.time_step_spec(), tf_env.action_spec(), train_step)
+    num_steps = agent.train_sequence_length or 2
+    backend = replay_backend(agent.collect_data_spec, capacity=replay_capacity, num_envs=num_envs,
+                             batch_size=batch_size, num_steps=num_steps, seed=seed)
+    train_metrics = {
+        tags.TRAIN_AVERAGE_RETURN: tf_metrics.AverageReturnMetric(batch_size=num_envs),
+        tags.TRAIN_AVERAGE_EPISODE_LENGTH: tf_metrics.AverageEpisodeLengthMetric(batch_size=num_envs),
+        tags.TRAIN_EPISODES: tf_metrics.NumberOfEpisodes(),
+    }
+    checkpointer = Checkpointer(
+        os.path.join(root_dir, 'checkpoints'), agent=agent, env_step=env_step,
+        train_step=train_step, replay=backend.checkpoint_items(),
+        metrics=list(train_metrics.values()))
+    if resuming:
+        restored = checkpointer.restore_latest()
+        if restored and verbose:
+            print(f"Resuming from {restored} at env step {int(env_step.numpy()):,}.", flush=True)
+    if env_step.numpy() > 0:
+        # Restarted RNG streams must not replay the first run's random numbers.
+        tf.random.set_seed(_resume_seed(seed, int(env_step.numpy())))
+        probe_env.close()
+        probe_env = make_env(seed=_resume_seed(seed, int(env_step.numpy())))
+        tf_env = tf_py_environment.TFPyEnvironment(probe_env)
+
+    with gin.config_scope('eval'):
+        eval_env = make_env(num_envs=num_eval_episodes, seed=seed + 10_000)
+    evaluator = Evaluator(eval_env, agent.policy)
+    loop = FusedLoop(agent=agent, tf_env=tf_env, backend=backend,
+                     observers=list(train_metrics.values()), env_steps=env_step,
+                     batch_size=batch_size, num_steps=num_steps,
+                     train_steps=train_steps_per_iteration, use_xla=use_xla)
+    writer = SummaryWriter(root_dir)
+    progress = Progress(num_env_steps, start_step=int(env_step.numpy()), enabled=verbose)
+    state = {'best_eval_return': None, 'last_eval_return': None, 'steps_to_target': None,
+             'last_eval_step': None}
+    steps_per_chunk = collect_steps_per_iteration // num_envs
+    interrupted = False
+
+    def evaluate(step):
+        average_return, average_length = evaluator()
+        writer.scalars({tags.EVAL_AVERAGE_RETURN: average_return,
+                        tags.EVAL_AVERAGE_EPISODE_LENGTH: average_length}, step)
+        state['last_eval_return'] = average_return
+        state['last_eval_step'] = step
+        if state['best_eval_return'] is None or average_return > state['best_eval_return']:
+            state['best_eval_return'] = average_return
+        if (target_return is not None and state['steps_to_target'] is None
+                and average_return >= target_return):
+            state['steps_to_target'] = step
+        progress.line(step, average_return)
+
+    def save_checkpoint(step):
+        writer.flush()  # flush first: events never outrun the checkpoint they belong to
+        checkpointer.save(step)
+
+    start_step = int(env_step.numpy())
+    if start_step == 0:
+        writer.operative_config(gin.config_str(), 0)
+    with _Interrupt() as interrupt:
+        while int(env_step.numpy()) < initial_collect_steps and not interrupt.requested:
+            loop.collect_random(tf.constant(steps_per_chunk, tf.int32))
+        rate_clock = (time.perf_counter(), int(env_step.numpy()), int(train_step.numpy()))
+        step = int(env_step.numpy())
+        while step < num_env_steps:
+            if interrupt.requested:
+                interrupted = True
+                break
+            loop.collect(tf.constant(steps_per_chunk, tf.int32))
+            diagnostics = loop.train()
+            before, step = step, int(env_step.numpy())
+            if _crossed(summary_interval, before, step):
+                rate_clock = _write_train_summaries(
+                    writer, step, diagnostics, agent, backend, train_metrics, rate_clock, train_step)
+            if _crossed(eval_interval, before, step):
+                evaluate(step)
+                if stop_at_target_return and state['steps_to_target'] is not None:
+                    break
+            else:
+                progress.maybe_line(step, state['last_eval_return'])
+            if _crossed(checkpoint_interval, before, step):
+                save_checkpoint(step)
+        step = int(env_step.numpy())
+        if not interrupted and state['last_eval_step'] != step:
+            evaluate(step)
+        save_checkpoint(step)
+    writer.operative_config(gin.operative_config_str(), step)
+    writer.close()
+    rundir.atomic_write_text(os.path.join(root_dir, 'operative_config.gin'),
+                             gin.operative_config_str())
+    if export_final_policy and not interrupted:
+        export_policy(agent.policy, os.path.join(root_dir, 'policy'), train_step)
+    metrics = {
+        'env_steps': step,
+        'train_steps': int(train_step.numpy()),
+        'final_eval_return': state['last_eval_return'],
+        'best_eval_return': state['best_eval_return'],
+        'steps_to_target': state['steps_to_target'],
+        'interrupted': interrupted,
+        'uses_xla': loop.uses_xla,
+        'wall_time_s': progress.elapsed(),
+        'env_steps_per_sec': (step - start_step) / max(progress.elapsed(), 1e-9),
+        'buffer_size': backend.metrics()['size'],
+    }
+    rundir.write_metrics(root_dir, metrics)
+    backend.close()
+    probe_env.close()
+    eval_env.close()
+    if interrupted and verbose:
+        print(f"Interrupted at env step {step:,}: checkpoint saved; rerun the same command "
+              "to resume.", flush=True)
+    return metrics
+
+
+def _write_train_summaries(writer, step, diagnostics, agent, backend, train_metrics, rate_clock,
+                           train_step):
+    """Writes the periodic training scalars; returns the new rate clock."""
+    now = time.perf_counter()
+    then, then_env, then_train = rate_clock
+    elapsed = max(now - then, 1e-9)
+    train_now = int(train_step.numpy())
+    values = {tag: metric.result().numpy() for tag, metric in train_metrics.items()}
+    for name, value in diagnostics.items():  # loss and the agent's batch diagnostics
+        values['train/' + name] = value.numpy()
+    values[tags.ENV_STEPS_PER_SEC] = (step - then_env) / elapsed
+    values[tags.TRAIN_STEPS_PER_SEC] = (train_now - then_train) / elapsed
+    for name, value_fn in getattr(agent, 'summary_scalars', {}).items():
+        values[name] = float(value_fn())
+    for name, value in backend.metrics().items():
+        values[tags.BUFFER_PREFIX + name] = value
+    writer.scalars(values, step)
+    return now, step, train_now
