@@ -78,11 +78,17 @@ def main(argv=None):
     return run(root_dir, seed=args.seed, force=args.force)
 
 
+def one_line(error):
+    """The first line of an error: Gin appends 'In call to configurable ...' lines."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
 def cli():
     try:
         metrics = main()
     except UserError as error:
-        print(f"error: {error}", file=sys.stderr, flush=True)
+        print(f"error: {one_line(error)}", file=sys.stderr, flush=True)
         return 2
     print('final metrics: ' + json.dumps(metrics, sort_keys=True), flush=True)
     return 0

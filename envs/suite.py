@@ -11,8 +11,7 @@ import re
 import gin
 import gymnasium
 from gymnasium import error as gym_error
-from tf_agents.environments import batched_py_environment
-from tf_agents.environments import parallel_py_environment
+from tf_agents.environments import batched_py_environment, parallel_py_environment
 from tf_agents.system import system_multiprocessing
 
 from envs.gymnasium_env import GymnasiumEnvironment
@@ -51,7 +50,9 @@ def make_env(env_id='CartPole-v1', num_envs=1, parallel=False, seed=0,
 
     Raises:
       UserError: On a bad `num_envs`, an unknown id, or an env that cannot
-        be made as configured.
+        be made as configured. The message is one line, but Gin appends
+        "In call to configurable" lines to anything raised in a configurable,
+        so printers should show only the first line.
     """
     _check_num_envs(num_envs)
     constructors = [

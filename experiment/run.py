@@ -23,6 +23,7 @@ from experiment.checkpointing import Checkpointer
 from experiment.errors import UserError
 from experiment.evaluation import Evaluator
 from experiment.export import export_policy
+from experiment.gin_utils import unused_bindings
 from experiment.loop import FusedLoop
 from experiment.progress import Progress
 from experiment.summaries import SummaryWriter
@@ -246,11 +247,15 @@ def run(root_dir, seed=0, force=False, *,
         'wall_time_s': progress.elapsed(),
         'env_steps_per_sec': (step - start_step) / max(progress.elapsed(), 1e-9),
         'buffer_size': backend.metrics()['size'],
+        'unused_bindings': unused_bindings(),
     }
     rundir.write_metrics(root_dir, metrics)
     backend.close()
     probe_env.close()
     eval_env.close()
+    if metrics['unused_bindings'] and verbose:
+        print("warning: these Gin bindings had no effect (check scope and spelling): "
+              + ', '.join(metrics['unused_bindings']), flush=True)
     if interrupted and verbose:
         print(f"Interrupted at env step {step:,}: checkpoint saved; rerun the same command "
               "to resume.", flush=True)

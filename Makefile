@@ -1,0 +1,49 @@
+# Two commands on a fresh clone: `make train` and `make test`; both build .venv first.
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-lock
+GIN ?= configs/dqn_cartpole.gin
+ARGS ?=
+
+.PHONY: install train test test-slow bench tensorboard lint lock clean
+
+install: $(STAMP)
+
+# Rebuilt whenever requirements.lock changes; a half-built venv is removed.
+$(STAMP): requirements.lock
+	@python=$$(scripts/find_python.sh) || exit 1; \
+	echo "Creating $(VENV) with $$python"; \
+	rm -rf $(VENV) && "$$python" -m venv $(VENV) && \
+	$(PY) -m pip install --quiet --upgrade pip && \
+	$(PY) -m pip install --quiet -r requirements.lock || { rm -rf $(VENV); exit 1; }
+	@touch $(STAMP)
+
+train: install
+	$(PY) train.py --gin_file=$(GIN) $(ARGS)
+
+# pytest exits 5 when a selection collects no tests; that is not a failure here.
+test: install
+	$(PY) -m pytest -m "not slow" $(ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+test-slow: install
+	$(PY) -m pytest -m slow $(ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+
+bench: install
+	$(PY) bench/run_all.py $(ARGS)
+
+tensorboard: install
+	$(VENV)/bin/tensorboard --logdir runs
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+# Re-resolve requirements.in into requirements.lock in a scratch venv.
+lock:
+	@python=$$(scripts/find_python.sh) || exit 1; \
+	rm -rf /tmp/lock-venv && "$$python" -m venv /tmp/lock-venv && \
+	/tmp/lock-venv/bin/pip install --quiet -r requirements.in && \
+	/tmp/lock-venv/bin/pip freeze --exclude pip > requirements.lock
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
