@@ -46,7 +46,8 @@ def load_gin_config(gin_files, gin_bindings):
         raise UserError("No --gin_file given: pass e.g. --gin_file=configs/dqn_cartpole.gin.")
     for path in gin_files:
         if not os.path.isfile(path):
-            raise UserError(f"Gin file not found: {path}. Check the path (configs are in configs/).")
+            raise UserError(
+                f"Gin file not found: {path}. Check the path (configs are in configs/).")
     gin.clear_config()
     try:
         gin.parse_config_files_and_bindings(gin_files, gin_bindings, skip_unknown=False)

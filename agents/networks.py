@@ -22,7 +22,8 @@ def make_optimizer(name, learning_rate):
         optimizer_cls = _OPTIMIZERS[name.lower()]
     except KeyError:
         raise UserError(
-            f"Unknown optimizer {name!r}: choose one of {', '.join(sorted(_OPTIMIZERS))}.") from None
+            f"Unknown optimizer {name!r}: choose one of "
+            f"{', '.join(sorted(_OPTIMIZERS))}.") from None
     if learning_rate <= 0:
         raise UserError(f"learning_rate must be positive, got {learning_rate}.")
     return optimizer_cls(learning_rate=learning_rate)

@@ -49,7 +49,8 @@ def stop_windows_at_episode_end(experience, gamma):
 
     reward = tf.where(ended, tf.zeros_like(experience.reward), experience.reward)
     discount = tf.where(
-        ended, tf.fill(tf.shape(experience.discount), tf.cast(1.0 / gamma, experience.discount.dtype)),
+        ended,
+        tf.fill(tf.shape(experience.discount), tf.cast(1.0 / gamma, experience.discount.dtype)),
         experience.discount)
     return experience._replace(
         observation=tf.nest.map_structure(with_final_frame, experience.observation),

@@ -45,7 +45,8 @@ class FusedLoop:
             info_spec=agent.collect_policy.info_spec)
         step_count = tf.TensorSpec([], tf.int32)
         self.collect = tf.function(
-            lambda steps: self._run_policy(agent.collect_policy, steps), input_signature=[step_count])
+            lambda steps: self._run_policy(agent.collect_policy, steps),
+            input_signature=[step_count])
         self.collect_random = tf.function(
             lambda steps: self._run_policy(random_policy, steps), input_signature=[step_count])
         self.train = tf.function(self._train_chunk, jit_compile=self.uses_xla)

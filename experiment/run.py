@@ -151,7 +151,8 @@ def run(root_dir, seed=0, force=False, *,
                              batch_size=batch_size, num_steps=num_steps, seed=seed)
     train_metrics = {
         tags.TRAIN_AVERAGE_RETURN: tf_metrics.AverageReturnMetric(batch_size=num_envs),
-        tags.TRAIN_AVERAGE_EPISODE_LENGTH: tf_metrics.AverageEpisodeLengthMetric(batch_size=num_envs),
+        tags.TRAIN_AVERAGE_EPISODE_LENGTH:
+            tf_metrics.AverageEpisodeLengthMetric(batch_size=num_envs),
         tags.TRAIN_EPISODES: tf_metrics.NumberOfEpisodes(),
     }
     checkpointer = Checkpointer(
@@ -217,7 +218,8 @@ def run(root_dir, seed=0, force=False, *,
             before, step = step, int(env_step.numpy())
             if _crossed(summary_interval, before, step):
                 rate_clock = _write_train_summaries(
-                    writer, step, diagnostics, agent, backend, train_metrics, rate_clock, train_step)
+                    writer, step, diagnostics, agent, backend, train_metrics, rate_clock,
+                    train_step)
             if _crossed(eval_interval, before, step):
                 evaluate(step)
                 if stop_at_target_return and state['steps_to_target'] is not None:

@@ -1,0 +1,1 @@
+"""Benchmarks run by `make bench` (see bench/run_all.py)."""

@@ -1,0 +1,19 @@
+"""DQN learns CartPole-v1 with the shipped config: a real return threshold (slow)."""
+
+import pytest
+
+import train
+from tests.smoke.test_train import ROOT
+
+
+@pytest.mark.slow
+def test_dqn_cartpole_reaches_475_within_50k_env_steps(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    metrics = train.main([
+        '--gin_file=configs/dqn_cartpole.gin',
+        f'--root_dir={tmp_path / "run"}',
+        '--seed=0',
+        '--gin_bindings=run.stop_at_target_return=True',
+    ])
+    assert metrics['best_eval_return'] >= 475.0, metrics
+    assert metrics['steps_to_target'] is not None and metrics['steps_to_target'] <= 50_000
