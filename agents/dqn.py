@@ -14,6 +14,7 @@ from tf_agents.utils import common
 from agents.networks import make_optimizer
 from agents.nstep import stop_windows_at_episode_end
 from experiment.errors import UserError
+from experiment.schedules import linear_schedule
 
 _LOSSES = {
     'huber': common.element_wise_huber_loss,
@@ -36,14 +37,6 @@ class DqnAgent(_EpisodeAwareNStepMixin, dqn_agent.DqnAgent):
 
 class DdqnAgent(_EpisodeAwareNStepMixin, dqn_agent.DdqnAgent):
     """TF-Agents' DdqnAgent with truncation-safe n-step targets."""
-
-
-def linear_epsilon(train_step, *, start, end, decay_steps):
-    """Returns a callable: epsilon falling linearly from start to end over decay_steps."""
-    def epsilon():
-        fraction = tf.minimum(tf.cast(train_step, tf.float32) / float(max(decay_steps, 1)), 1.0)
-        return start + fraction * (end - start)
-    return epsilon
 
 
 @gin.configurable(module='dqn')
@@ -98,8 +91,7 @@ def make_agent(time_step_spec, action_spec, train_step, *,
     network = q_network.QNetwork(
         time_step_spec.observation, action_spec, fc_layer_params=tuple(fc_layer_params))
     agent_cls = DdqnAgent if double_dqn else DqnAgent
-    epsilon = linear_epsilon(
-        train_step, start=epsilon_start, end=epsilon_end, decay_steps=epsilon_decay_steps)
+    epsilon = linear_schedule(train_step, epsilon_start, epsilon_end, epsilon_decay_steps)
     agent = agent_cls(
         time_step_spec,
         action_spec,

@@ -88,3 +88,15 @@ def validate_capacity(capacity: int, *, batch_size: int, num_envs: int, num_step
             f"{rows_per_env} steps per copy, fewer than the {num_steps}-step windows "
             f"the agent samples: raise run.replay_capacity to at least {num_steps * num_envs}.")
     return rows_per_env
+
+
+def importance_weights(probabilities, beta):
+    """Importance-sampling weights for a sampled batch, normalised to max 1.
+
+    `w_i = (N * P(i)) ** -beta / max_j w_j`; the buffer size N cancels in the
+    normalisation, so only the sampling probabilities are needed. Uniform
+    backends return equal probabilities, hence weights of exactly 1: the loop
+    applies weights unconditionally and stays backend-agnostic.
+    """
+    smallest = tf.reduce_min(probabilities)
+    return tf.pow(probabilities / smallest, -tf.cast(beta, probabilities.dtype))

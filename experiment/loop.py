@@ -1,9 +1,9 @@
 """The hot path: collection and training, each a whole chunk per call.
 
-One call of `collect` steps the batched environment `collect_steps` times
-inside a `tf.function` (the env is a py_function there) and writes every step
-to the replay backend. One call of `train` samples and takes `train_steps`
-gradient steps inside one `tf.function`, compiled with XLA when the backend
+One call of `iterate` steps the batched environment `steps` times with the
+collect policy inside a `tf.function` (the env is a py_function there), writes
+every step to the replay backend, then samples and takes `train_steps`
+gradient steps in a nested function compiled with XLA when the backend
 supports it. Python sees the loop only once per chunk, which is what makes the
 loop fast; summaries read counters between chunks, never per step.
 """
@@ -12,12 +12,14 @@ import tensorflow as tf
 from tf_agents.policies import random_tf_policy
 from tf_agents.trajectories import trajectory as trajectory_lib
 
+from buffers.base import importance_weights
+
 
 class FusedLoop:
     """Compiled collect and train chunks around one agent, env and backend."""
 
     def __init__(self, *, agent, tf_env, backend, observers, env_steps, batch_size, num_steps,
-                 train_steps, use_xla):
+                 train_steps, use_xla, importance_beta=lambda: 1.0):
         """Builds (but does not trace) the compiled chunks.
 
         Args:
@@ -30,6 +32,8 @@ class FusedLoop:
           num_steps: window length, `agent.train_sequence_length`.
           train_steps: gradient steps per `train` call.
           use_xla: jit-compile `train` (only if the backend supports XLA).
+          importance_beta: callable giving the importance-sampling exponent now
+            (annealed towards 1 by the caller); irrelevant for uniform backends.
         """
         self._agent = agent
         self._env = tf_env
@@ -39,17 +43,18 @@ class FusedLoop:
         self._batch_size = batch_size
         self._num_steps = num_steps
         self._train_steps = train_steps
+        self._importance_beta = importance_beta
         self.uses_xla = bool(use_xla and backend.supports_xla)
         random_policy = random_tf_policy.RandomTFPolicy(
             tf_env.time_step_spec(), tf_env.action_spec(),
             info_spec=agent.collect_policy.info_spec)
         step_count = tf.TensorSpec([], tf.int32)
-        self.collect = tf.function(
-            lambda steps: self._run_policy(agent.collect_policy, steps),
-            input_signature=[step_count])
         self.collect_random = tf.function(
             lambda steps: self._run_policy(random_policy, steps), input_signature=[step_count])
         self.train = tf.function(self._train_chunk, jit_compile=self.uses_xla)
+        # One Python->TF call per iteration: collect (a py_function env, so never XLA)
+        # then the train chunk, which keeps its own XLA compilation when nested.
+        self.iterate = tf.function(self._iterate, input_signature=[step_count])
 
     def _run_policy(self, policy, steps):
         """Steps every env copy `steps` times with `policy`, feeding the observers."""
@@ -64,6 +69,10 @@ class FusedLoop:
         self._env_steps.assign_add(tf.cast(steps * self._env.batch_size, tf.int64))
         return self._env_steps.read_value()
 
+    def _iterate(self, steps):
+        self._run_policy(self._agent.collect_policy, steps)
+        return self.train()
+
     def _train_chunk(self):
         """Takes `train_steps` gradient steps; returns the mean loss and diagnostics."""
         total_loss = tf.constant(0.0)
@@ -76,5 +85,11 @@ class FusedLoop:
         return diagnostics
 
     def _train_once(self):
-        experience, _ = self._backend.sample(self._batch_size, self._num_steps)
-        return self._agent.train(experience).loss, experience
+        """One gradient step; prioritized backends get the TD errors back as priorities."""
+        experience, info = self._backend.sample(self._batch_size, self._num_steps)
+        weights = importance_weights(info.probabilities, self._importance_beta())
+        loss_info = self._agent.train(experience, weights=weights)
+        td_error = getattr(loss_info.extra, 'td_error', None)
+        if td_error is not None:
+            self._backend.update_priorities(info.keys, tf.abs(td_error))
+        return loss_info.loss, experience

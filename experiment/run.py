@@ -26,6 +26,7 @@ from experiment.export import export_policy
 from experiment.gin_utils import unused_bindings
 from experiment.loop import FusedLoop
 from experiment.progress import Progress
+from experiment.schedules import linear_schedule
 from experiment.summaries import SummaryWriter
 
 
@@ -95,6 +96,8 @@ def run(root_dir, seed=0, force=False, *,
         batch_size=64,
         replay_backend=UniformReplay,
         replay_capacity=100_000,
+        importance_beta_start=0.4,
+        importance_beta_anneal_steps=None,
         eval_interval=5_000,
         num_eval_episodes=10,
         target_return=None,
@@ -120,6 +123,10 @@ def run(root_dir, seed=0, force=False, *,
       batch_size: windows per gradient step.
       replay_backend: the backend class, e.g. `@UniformReplay`.
       replay_capacity: transitions kept (over all env copies).
+      importance_beta_start: prioritized replay's importance-sampling exponent
+        at the start; it rises linearly to 1 (full correction).
+      importance_beta_anneal_steps: env steps over which beta reaches 1
+        (default: the whole run). Uniform backends get weights of exactly 1.
       eval_interval: env steps between greedy evaluations.
       num_eval_episodes: episodes per evaluation, played side by side.
       target_return: eval return that counts as solved (reported as steps_to_target).
@@ -176,7 +183,10 @@ def run(root_dir, seed=0, force=False, *,
     loop = FusedLoop(agent=agent, tf_env=tf_env, backend=backend,
                      observers=list(train_metrics.values()), env_steps=env_step,
                      batch_size=batch_size, num_steps=num_steps,
-                     train_steps=train_steps_per_iteration, use_xla=use_xla)
+                     train_steps=train_steps_per_iteration, use_xla=use_xla,
+                     importance_beta=linear_schedule(
+                         env_step, importance_beta_start, 1.0,
+                         importance_beta_anneal_steps or num_env_steps))
     writer = SummaryWriter(root_dir)
     progress = Progress(num_env_steps, start_step=int(env_step.numpy()), enabled=verbose)
     state = {'best_eval_return': None, 'last_eval_return': None, 'steps_to_target': None,
@@ -213,8 +223,9 @@ def run(root_dir, seed=0, force=False, *,
             if interrupt.requested:
                 interrupted = True
                 break
-            loop.collect(tf.constant(steps_per_chunk, tf.int32))
-            diagnostics = loop.train()
+            # The last chunk is clipped so the run stops exactly at its budget.
+            chunk = min(steps_per_chunk, -(-(num_env_steps - step) // num_envs))
+            diagnostics = loop.iterate(tf.constant(chunk, tf.int32))
             before, step = step, int(env_step.numpy())
             if _crossed(summary_interval, before, step):
                 rate_clock = _write_train_summaries(
