@@ -134,6 +134,19 @@ class TwoBudgetRate:
     large: RunResult
     small_steps: int
     large_steps: int
+    last_line: str = None  # regex of each run's last line, for the rate that excludes exit
+
+    @property
+    def delta_s_to_last_line(self):
+        """Like delta_s, but each run timed to its last `last_line` line, not to its exit."""
+        ends = [run.last_match(self.last_line) if self.last_line else None
+                for run in (self.small, self.large)]
+        return None if None in ends else ends[1][0] - ends[0][0]
+
+    @property
+    def rate_to_last_line(self):
+        delta = self.delta_s_to_last_line
+        return None if not delta or delta <= 0 else self.delta_steps / delta
 
     @property
     def delta_steps(self):
@@ -148,10 +161,15 @@ class TwoBudgetRate:
         return self.delta_steps / self.delta_s if self.delta_s > 0 else float('nan')
 
 
-def markdown_table(headers, rows):
-    """A GitHub markdown table; numbers should already be formatted strings."""
-    aligns = ['---' if i == 0 else '---:' for i in range(len(headers))]
-    out = ['| ' + ' | '.join(headers) + ' |', '| ' + ' | '.join(aligns) + ' |']
+def markdown_table(headers, rows, aligns=None):
+    """A GitHub markdown table of preformatted cells.
+
+    `aligns` has one letter per column, l/r/c; default: first column left,
+    the rest (numbers) right.
+    """
+    aligns = aligns or 'l' + 'r' * (len(headers) - 1)
+    rules = [{'l': ':---', 'r': '---:', 'c': ':---:'}[a] for a in aligns]
+    out = ['| ' + ' | '.join(headers) + ' |', '| ' + ' | '.join(rules) + ' |']
     out += ['| ' + ' | '.join(str(cell) for cell in row) + ' |' for row in rows]
     return '\n'.join(out)
 
