@@ -83,18 +83,25 @@ class UniformReplay(tf.Module):
         num_starts = tf.maximum(num_adds - num_steps + 1 - oldest, 1)
         start = oldest + self._rng.uniform([batch_size], 0, num_starts, dtype=tf.int64)
         env = self._rng.uniform([batch_size], 0, self._num_envs, dtype=tf.int64)
-        steps = start[:, None] + tf.range(num_steps, dtype=tf.int64)[None, :]
-        rows = (steps % self._rows_per_env) * self._num_envs + env[:, None]
-        flat_rows = tf.reshape(rows, [-1])
-        window = tf.nest.map_structure(
-            lambda var: tf.reshape(
-                tf.gather(var, flat_rows), [batch_size, num_steps, *var.shape[1:]]),
-            self._storage)
+        window = self._gather_windows(start, env, num_steps)
         self._num_sampled.assign_add(batch_size)
         probability = 1.0 / tf.cast(num_starts * self._num_envs, tf.float32)
         info = SampleInfo(keys=start * self._num_envs + env,
                           probabilities=tf.fill([batch_size], probability))
         return window, info
+
+    def _gather_windows(self, start, env, num_steps):
+        """Reads `num_steps` consecutive steps of copy `env` from absolute step `start`.
+
+        Shared with subclasses that choose starts differently (prioritized
+        replay), so the ring layout is decoded in one place.
+        """
+        steps = start[:, None] + tf.range(num_steps, dtype=tf.int64)[None, :]
+        rows = (steps % self._rows_per_env) * self._num_envs + env[:, None]
+        flat_rows = tf.reshape(rows, [-1])
+        return tf.nest.map_structure(
+            lambda var: tf.reshape(tf.gather(var, flat_rows), [-1, num_steps, *var.shape[1:]]),
+            self._storage)
 
     def as_dataset(self, batch_size, num_steps):
         """An endless dataset of sampled batches, for learners fed by tf.data."""

@@ -5,6 +5,7 @@ this module first. Add new agents and backends here.
 """
 
 import agents.dqn  # noqa: F401
+import buffers.prioritized  # noqa: F401
 import buffers.uniform  # noqa: F401
 import envs.suite  # noqa: F401
 import experiment.run  # noqa: F401

@@ -5,6 +5,7 @@ import pytest
 import tensorflow as tf
 
 from buffers.base import ReplayBackend, SampleInfo
+from buffers.prioritized import PrioritizedReplay
 from buffers.uniform import UniformReplay
 from experiment.errors import UserError
 
@@ -14,7 +15,7 @@ SPEC = {
     't': tf.TensorSpec([], tf.int64),
     'env': tf.TensorSpec([], tf.int64),
 }
-BACKENDS = [UniformReplay]
+BACKENDS = [UniformReplay, PrioritizedReplay]
 
 
 def _step(t):
@@ -98,9 +99,11 @@ class TestReplayContract:
         tf.train.Checkpoint(replay=restored.checkpoint_items()).restore(path).assert_consumed()
         assert restored.metrics() == buffer.metrics()
         # Same contents and same RNG state: the next samples agree exactly.
-        a, _ = buffer.sample(32, 2)
-        b, _ = restored.sample(32, 2)
+        a, a_info = buffer.sample(32, 2)
+        b, b_info = restored.sample(32, 2)
         tf.nest.map_structure(np.testing.assert_array_equal, a, b)
+        # Same keys and probabilities: priorities were restored too.
+        tf.nest.map_structure(np.testing.assert_array_equal, a_info, b_info)
 
     def test_update_priorities_is_accepted(self, backend_cls):
         buffer = _make(backend_cls)
@@ -108,6 +111,33 @@ class TestReplayContract:
         _, info = buffer.sample(4, 2)
         buffer.update_priorities(info.keys, tf.ones([4]))
         assert buffer.sample(4, 2)[0]['t'].shape == (4, 2)
+
+    def test_priorities_feed_back_inside_the_compiled_loop(self, backend_cls):
+        """The loop's sample -> update_priorities round trip, with XLA where claimed.
+
+        Duplicate keys and keys whose rows were overwritten must be accepted
+        without corrupting sampling: windows stay valid, probabilities stay in
+        (0, 1].
+        """
+        buffer = _make(backend_cls, capacity=10)
+        _fill(buffer, 4)
+        _, old = buffer.sample(4, 2)
+        for t in range(4, 12):  # keeps steps 7..11: every row of `old.keys` is overwritten
+            buffer.add(_step(t))
+
+        @tf.function(jit_compile=backend_cls.supports_xla)
+        def train_once():
+            _, info = buffer.sample(4, 2)
+            keys = tf.concat([info.keys, info.keys[:1], old.keys], 0)
+            buffer.update_priorities(keys, tf.range(9, dtype=tf.float32))
+            return buffer.sample(64, 2)
+
+        window, info = train_once()
+        t = window['t'].numpy()
+        np.testing.assert_array_equal(np.diff(t, axis=1), 1)
+        assert t.min() >= 7 and t.max() <= 11
+        p = info.probabilities.numpy()
+        assert (p > 0).all() and (p <= 1).all()
 
     def test_close_is_idempotent(self, backend_cls):
         buffer = _make(backend_cls)
