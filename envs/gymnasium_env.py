@@ -209,15 +209,28 @@ class GymnasiumEnvironment(py_environment.PyEnvironment):
         self._pending_seed = int(seed)
         self._gym_env.action_space.seed(self._pending_seed)
 
-    def _reset(self):
+    def reset_gym(self):
+        """Resets the Gymnasium env (seeded if a seed is pending); returns its raw observation."""
         seed, self._pending_seed = self._pending_seed, None
         observation, _ = self._gym_env.reset(seed=seed)
-        return ts.restart(_match_spec(self._observation_spec, observation))
+        return observation
+
+    def step_gym(self, action):
+        """Steps the Gymnasium env with a TF-Agents action; returns (obs, reward, term, trunc)."""
+        observation, reward, terminated, truncated, _ = self._gym_env.step(
+            _to_gym_action(self._gym_env.action_space, action))
+        return observation, reward, terminated, truncated
+
+    @property
+    def discount(self):
+        """Discount of non-terminal steps (time-limit truncations included)."""
+        return self._discount
+
+    def _reset(self):
+        return ts.restart(_match_spec(self._observation_spec, self.reset_gym()))
 
     def _step(self, action):
-        gym_action = _to_gym_action(self._gym_env.action_space, action)
-        observation, reward, terminated, truncated, _ = self._gym_env.step(
-            gym_action)
+        observation, reward, terminated, truncated = self.step_gym(action)
         observation = _match_spec(self._observation_spec, observation)
         reward = np.asarray(reward, dtype=np.float32)
         if terminated:

@@ -11,9 +11,10 @@ import re
 import gin
 import gymnasium
 from gymnasium import error as gym_error
-from tf_agents.environments import batched_py_environment, parallel_py_environment
+from tf_agents.environments import parallel_py_environment
 from tf_agents.system import system_multiprocessing
 
+from envs.batched import BatchedGymnasiumEnvironment
 from envs.gymnasium_env import GymnasiumEnvironment
 from experiment.errors import UserError
 
@@ -67,8 +68,7 @@ def make_env(env_id='CartPole-v1', num_envs=1, parallel=False, seed=0,
     if parallel:
         return _make_parallel(constructors, env_id, max_episode_steps,
                               env_kwargs)
-    return batched_py_environment.BatchedPyEnvironment(
-        [construct() for construct in constructors], multithreading=False)
+    return BatchedGymnasiumEnvironment([construct() for construct in constructors])
 
 
 def _check_num_envs(num_envs):

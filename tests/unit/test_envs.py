@@ -3,12 +3,14 @@
 import gymnasium
 import numpy as np
 import pytest
+import tensorflow as tf
 from gymnasium import spaces
-from tf_agents.environments import parallel_py_environment
+from tf_agents.environments import batched_py_environment, parallel_py_environment
 from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
 from envs import suite
+from envs.batched import BatchedGymnasiumEnvironment
 from envs.gymnasium_env import GymnasiumEnvironment, space_to_spec
 from experiment.errors import UserError
 
@@ -261,3 +263,38 @@ def test_deprecated_id_suggests_current_version():
 def test_bad_num_envs_is_user_error(num_envs):
     with pytest.raises(UserError, match='num_envs'):
         suite.make_env.__wrapped__(num_envs=num_envs)
+
+
+def _assert_same_time_steps(got, expected):
+    tf.nest.map_structure(np.testing.assert_array_equal, got, expected)
+
+
+def test_fast_batched_env_matches_tf_agents_batching():
+    """Our BatchedGymnasiumEnvironment = TF-Agents' BatchedPyEnvironment, step for step."""
+    def copies():
+        return [GymnasiumEnvironment(gymnasium.make('CartPole-v1', max_episode_steps=9),
+                                     seed=5 + i) for i in range(3)]
+
+    ours = BatchedGymnasiumEnvironment(copies())
+    reference = batched_py_environment.BatchedPyEnvironment(copies(), multithreading=False)
+    assert ours.time_step_spec() == reference.time_step_spec()
+    _assert_same_time_steps(ours.reset(), reference.reset())
+    rng = np.random.default_rng(0)
+    step_types = set()
+    for _ in range(60):  # long enough for terminations, truncations and auto-resets
+        action = rng.integers(0, 2, size=3).astype(np.int64)
+        got, expected = ours.step(action), reference.step(action)
+        _assert_same_time_steps(got, expected)
+        step_types.update(got.step_type.tolist())
+    assert step_types == {0, 1, 2}
+
+
+def test_fast_batched_env_handles_nested_spaces():
+    ours = BatchedGymnasiumEnvironment(
+        [GymnasiumEnvironment(_NestedEnv(), seed=i) for i in range(2)])
+    reference = batched_py_environment.BatchedPyEnvironment(
+        [GymnasiumEnvironment(_NestedEnv(), seed=i) for i in range(2)], multithreading=False)
+    _assert_same_time_steps(ours.reset(), reference.reset())
+    action = (np.array([0, 1], np.int64), np.zeros((2, 2), np.float32))
+    for _ in range(4):
+        _assert_same_time_steps(ours.step(action), reference.step(action))
