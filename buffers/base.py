@@ -51,6 +51,12 @@ class ReplayBackend(Protocol):
     def metrics(self) -> Mapping[str, float]:
         """Current size, capacity, fill ratio and counters, as Python floats."""
 
+    def histograms(self) -> Mapping[str, Any]:
+        """Distributions for TensorBoard histograms, e.g. priorities, episode lengths."""
+
+    def ages(self, keys):
+        """Env steps (over all copies) since each sampled key was inserted."""
+
     def checkpoint_items(self) -> Mapping[str, Any]:
         """The trackables a training checkpoint saves and restores."""
 

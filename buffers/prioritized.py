@@ -212,6 +212,12 @@ class PrioritizedReplay(UniformReplay):
         metrics['priority_max'] = float(tf.reduce_max(leaves).numpy())
         return metrics
 
+    def histograms(self):
+        """The stored priorities `q` of live rows."""
+        size = int(self.size().numpy())
+        leaves = self._tree[self._num_leaves:self._num_leaves + self._capacity]
+        return {'priority': leaves.numpy()[:size]}
+
     def checkpoint_items(self):
         """Uniform's items plus the sum tree and max priority: restores replay identically."""
         return {

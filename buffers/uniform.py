@@ -126,6 +126,19 @@ class UniformReplay(tf.Module):
             'sampled': float(self._num_sampled.numpy()),
         }
 
+    def histograms(self):
+        """Distributions worth a TensorBoard histogram (name -> numpy array); none here."""
+        return {}
+
+    def ages(self, keys):
+        """Transitions inserted since each key's first step was written.
+
+        Keys are absolute ids `step * num_envs + env`, so the age in env steps
+        (summed over copies) falls out of the insertion counter directly.
+        """
+        newest = self._num_adds.read_value() * self._num_envs
+        return newest - tf.cast(keys, tf.int64)
+
     def checkpoint_items(self):
         return {
             'storage': tf.nest.flatten(self._storage),

@@ -9,7 +9,6 @@ It returns the final metrics (tests and sweeps assert on them).
 
 import os
 import signal
-import time
 
 import gin
 import tensorflow as tf
@@ -19,6 +18,7 @@ from tf_agents.metrics import tf_metrics
 from buffers.uniform import UniformReplay
 from envs.suite import make_env
 from experiment import rundir, tags
+from experiment.buffer_probe import BufferProbe
 from experiment.checkpointing import Checkpointer
 from experiment.errors import UserError
 from experiment.evaluation import Evaluator
@@ -28,6 +28,7 @@ from experiment.loop import FusedLoop
 from experiment.progress import Progress
 from experiment.schedules import linear_schedule
 from experiment.summaries import SummaryWriter
+from experiment.train_summaries import TrainSummaries
 
 
 class _Interrupt:
@@ -180,14 +181,18 @@ def run(root_dir, seed=0, force=False, *,
     with gin.config_scope('eval'):
         eval_env = make_env(num_envs=num_eval_episodes, seed=seed + 10_000)
     evaluator = Evaluator(eval_env, agent.policy)
+    importance_beta = linear_schedule(env_step, importance_beta_start, 1.0,
+                                      importance_beta_anneal_steps or num_env_steps)
     loop = FusedLoop(agent=agent, tf_env=tf_env, backend=backend,
                      observers=list(train_metrics.values()), env_steps=env_step,
                      batch_size=batch_size, num_steps=num_steps,
                      train_steps=train_steps_per_iteration, use_xla=use_xla,
-                     importance_beta=linear_schedule(
-                         env_step, importance_beta_start, 1.0,
-                         importance_beta_anneal_steps or num_env_steps))
+                     importance_beta=importance_beta)
     writer = SummaryWriter(root_dir)
+    summaries = TrainSummaries(
+        writer, agent=agent, backend=backend, train_metrics=train_metrics, train_step=train_step,
+        probe=BufferProbe(backend, batch_size=batch_size, num_steps=num_steps,
+                          importance_beta=importance_beta))
     progress = Progress(num_env_steps, start_step=int(env_step.numpy()), enabled=verbose)
     state = {'best_eval_return': None, 'last_eval_return': None, 'steps_to_target': None,
              'last_eval_step': None}
@@ -217,7 +222,7 @@ def run(root_dir, seed=0, force=False, *,
     with _Interrupt() as interrupt:
         while int(env_step.numpy()) < initial_collect_steps and not interrupt.requested:
             loop.collect_random(tf.constant(steps_per_chunk, tf.int32))
-        rate_clock = (time.perf_counter(), int(env_step.numpy()), int(train_step.numpy()))
+        summaries.start(int(env_step.numpy()))
         step = int(env_step.numpy())
         while step < num_env_steps:
             if interrupt.requested:
@@ -228,9 +233,7 @@ def run(root_dir, seed=0, force=False, *,
             diagnostics = loop.iterate(tf.constant(chunk, tf.int32))
             before, step = step, int(env_step.numpy())
             if _crossed(summary_interval, before, step):
-                rate_clock = _write_train_summaries(
-                    writer, step, diagnostics, agent, backend, train_metrics, rate_clock,
-                    train_step)
+                summaries.write(step, diagnostics)
             if _crossed(eval_interval, before, step):
                 evaluate(step)
                 if stop_at_target_return and state['steps_to_target'] is not None:
@@ -274,22 +277,3 @@ def run(root_dir, seed=0, force=False, *,
               "to resume.", flush=True)
     return metrics
 
-
-def _write_train_summaries(writer, step, diagnostics, agent, backend, train_metrics, rate_clock,
-                           train_step):
-    """Writes the periodic training scalars; returns the new rate clock."""
-    now = time.perf_counter()
-    then, then_env, then_train = rate_clock
-    elapsed = max(now - then, 1e-9)
-    train_now = int(train_step.numpy())
-    values = {tag: metric.result().numpy() for tag, metric in train_metrics.items()}
-    for name, value in diagnostics.items():  # loss and the agent's batch diagnostics
-        values['train/' + name] = value.numpy()
-    values[tags.ENV_STEPS_PER_SEC] = (step - then_env) / elapsed
-    values[tags.TRAIN_STEPS_PER_SEC] = (train_now - then_train) / elapsed
-    for name, value_fn in getattr(agent, 'summary_scalars', {}).items():
-        values[name] = float(value_fn())
-    for name, value in backend.metrics().items():
-        values[tags.BUFFER_PREFIX + name] = value
-    writer.scalars(values, step)
-    return now, step, train_now

@@ -57,10 +57,16 @@ def test_writes_the_expected_tensorboard_tags(tiny_run):
         tags.EVAL_AVERAGE_RETURN, tags.EVAL_AVERAGE_EPISODE_LENGTH, tags.TRAIN_AVERAGE_RETURN,
         tags.TRAIN_AVERAGE_EPISODE_LENGTH, tags.TRAIN_LOSS, tags.TRAIN_MEAN_Q, 'train/epsilon',
         tags.ENV_STEPS_PER_SEC, tags.TRAIN_STEPS_PER_SEC, 'buffer/size', 'buffer/fill_ratio',
+        'buffer/capacity', 'buffer/inserted_per_sec', 'buffer/sampled_per_sec',
+        'buffer/samples_per_insert', 'buffer/sample_latency_p50_ms',
+        'buffer/sample_latency_p99_ms', 'buffer/sampled_age_mean', 'buffer/sample_diversity',
+        'buffer/importance_weight_mean',
     }
     assert expected <= set(scalars)
     eval_steps = [step for step, _ in scalars[tags.EVAL_AVERAGE_RETURN]]
     assert eval_steps == [200, 400]  # the env-step count is the summary step
+    assert all(weight == 1.0 for _, weight in scalars['buffer/importance_weight_mean'])
+    assert all(0 < diversity <= 1 for _, diversity in scalars['buffer/sample_diversity'])
 
 
 def test_saves_operative_config_and_no_binding_is_unused(tiny_run):

@@ -1,0 +1,47 @@
+"""The periodic training summaries: agent, throughput and replay health."""
+
+from experiment import tags
+from experiment.buffer_probe import RateTracker
+
+
+class TrainSummaries:
+    """Writes every `summary_interval` env steps; reads counters, never per-step data."""
+
+    def __init__(self, writer, *, agent, backend, train_metrics, train_step, probe):
+        self._writer = writer
+        self._agent = agent
+        self._backend = backend
+        self._train_metrics = train_metrics
+        self._train_step = train_step
+        self._probe = probe
+        self._loop_rates = RateTracker()
+        self._buffer_rates = RateTracker()
+
+    def start(self, env_step):
+        """Starts the rate clocks (after initial collection, so it is not counted)."""
+        self._loop_rates({'env_steps': env_step, 'train_steps': int(self._train_step.numpy())})
+
+    def write(self, env_step, diagnostics):
+        values = {tag: metric.result().numpy() for tag, metric in self._train_metrics.items()}
+        for name, value in diagnostics.items():  # loss and the agent's batch diagnostics
+            values['train/' + name] = value.numpy()
+        for name, value_fn in getattr(self._agent, 'summary_scalars', {}).items():
+            values[name] = float(value_fn())
+        rates = self._loop_rates(
+            {'env_steps': env_step, 'train_steps': int(self._train_step.numpy())})
+        values[tags.ENV_STEPS_PER_SEC] = rates['env_steps_per_sec']
+        values[tags.TRAIN_STEPS_PER_SEC] = rates['train_steps_per_sec']
+        for name, value in self._buffer_values().items():
+            values[tags.BUFFER_PREFIX + name] = value
+        self._writer.scalars(values, env_step)
+        for name, histogram in self._backend.histograms().items():
+            if len(histogram):
+                self._writer.histogram(tags.BUFFER_PREFIX + name, histogram, env_step)
+
+    def _buffer_values(self):
+        values = dict(self._backend.metrics())
+        values.update(self._buffer_rates(
+            {'inserted': values['inserted'], 'sampled': values['sampled']}))
+        values['samples_per_insert'] = values['sampled'] / max(values['inserted'], 1.0)
+        values.update(self._probe())
+        return values
