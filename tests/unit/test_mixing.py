@@ -1,0 +1,53 @@
+"""Mixing two sources at a fixed ratio."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from buffers.mixing import MixedSource, split_batch
+from buffers.uniform import UniformReplay
+from experiment.errors import UserError
+
+SPEC = {'source': tf.TensorSpec([], tf.int32)}
+
+
+def _source(value, seed):
+    buffer = UniformReplay(SPEC, capacity=40, num_envs=2, batch_size=4, num_steps=2, seed=seed)
+    for _ in range(10):
+        buffer.add({'source': tf.constant([value, value], tf.int32)})
+    return buffer
+
+
+def test_every_batch_holds_the_exact_ratio():
+    mixed = MixedSource(_source(0, 1), _source(1, 2), fraction=0.25)
+    window, info = tf.function(lambda: mixed.sample(64, 2), jit_compile=True)()
+    sources = window['source'].numpy()[:, 0]
+    assert sources.sum() == 16 and (sources[:48] == 0).all()
+    assert info.keys.shape == (64,)
+    np.testing.assert_array_equal(MixedSource.source_of_rows(64, 0.25).numpy(), sources)
+
+
+def test_dataset_mixes_the_same_way():
+    mixed = MixedSource(_source(0, 1), _source(1, 2), fraction=0.5)
+    window, _ = next(iter(mixed.as_dataset(10, 2)))
+    assert window['source'].numpy()[:, 0].tolist() == [0] * 5 + [1] * 5
+
+
+def test_priority_updates_reach_each_source():
+    calls = []
+
+    class Recorder:
+        def __init__(self, name):
+            self.name = name
+
+        def update_priorities(self, keys, priorities):
+            calls.append((self.name, keys.numpy().tolist()))
+
+    MixedSource(Recorder('a'), Recorder('b'), fraction=0.25).update_priorities(
+        tf.range(8), tf.ones([8]))
+    assert calls == [('a', [0, 1, 2, 3, 4, 5]), ('b', [6, 7])]
+
+
+def test_fraction_outside_unit_interval_is_refused():
+    with pytest.raises(UserError, match=r'\[0, 1\]'):
+        split_batch(8, 1.5)
