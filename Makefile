@@ -3,9 +3,10 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-lock
 GIN ?= configs/dqn_cartpole.gin
+SWEEP ?= configs/sweeps/dqn_lr.yaml
 ARGS ?=
 
-.PHONY: install train test test-slow bench tensorboard lint lock clean
+.PHONY: install train test test-slow bench sweep tensorboard lint lock clean
 
 install: $(STAMP)
 
@@ -30,6 +31,10 @@ test-slow: install
 
 bench: install
 	$(PY) bench/run_all.py $(ARGS)
+
+# A small default sweep: 2 learning rates x 2 seeds on CartPole (a few minutes on 2 cores).
+sweep: install
+	$(PY) sweep.py --gin_file=$(GIN) --sweep=$(SWEEP) $(ARGS)
 
 tensorboard: install
 	$(VENV)/bin/tensorboard --logdir runs

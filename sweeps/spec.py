@@ -16,6 +16,10 @@ or, instead of grid:
     metric: best_eval_return    # a metrics.json key, averaged over seeds
     direction: maximize
     storage: sqlite:///runs/study.db   # optional; default: study.db in the sweep dir
+    heartbeat_s: 10             # optional; a trial silent for 3x this is retried
+    max_retries: 3              # optional; retries of a killed trial's configuration
+    sampler_seed: 0             # optional; only with one worker (equal seeds propose
+                                # equal values in every worker)
     params:
       dqn.make_agent.learning_rate: {type: float, low: 1.0e-4, high: 3.0e-3, log: true}
       dqn.make_agent.target_update_period: {type: int, low: 100, high: 1000, step: 100}

@@ -24,11 +24,17 @@ _GIN_LOCK = threading.Lock()
 
 
 @dataclasses.dataclass(frozen=True)
-class Budget:
-    """What a finished trial reaches: its env-step budget, or the target if it stops there."""
+class TrialConfig:
+    """What the sweep needs to know of a parsed trial configuration.
+
+    num_env_steps and stop_at_target_return tell when a trial has finished;
+    config_str is what train.py records in the run's config.gin, so a rerun
+    can tell a finished trial of this configuration from one of an edited sweep.
+    """
 
     num_env_steps: int
     stop_at_target_return: bool
+    config_str: str
 
 
 def check_base(gin_files, bindings, spec_path):
@@ -50,18 +56,19 @@ def check_values(gin_files, bindings, key, values, spec_path):
     for value in values:
         problem = type_problem(value, default)
         if problem:
-            raise UserError(f"Sweep binding {key} = {naming.gin_literal(value, key)} has the "
-                            f"wrong type: {problem} -- fix {spec_path}.")
+            raise UserError(f"Sweep binding {key} = {naming.gin_literal(value, key)} in "
+                            f"{spec_path} has the wrong type: {problem}.")
         _parse_one(gin_files, bindings, key, value, spec_path)
 
 
-def budget(gin_files, bindings):
-    """Parses one full trial configuration; returns its Budget (raises UserError)."""
+def trial_config(gin_files, bindings):
+    """Parses one full trial configuration; returns its TrialConfig (raises UserError)."""
     with _GIN_LOCK:
         train.load_gin_config(gin_files, bindings)
-        return Budget(
+        return TrialConfig(
             num_env_steps=_current_value('run.num_env_steps'),
-            stop_at_target_return=bool(_current_value('run.stop_at_target_return')))
+            stop_at_target_return=bool(_current_value('run.stop_at_target_return')),
+            config_str=gin.config_str())
 
 
 def type_problem(value, default):
@@ -106,11 +113,11 @@ def _parse_one(gin_files, bindings, key, value, spec_path):
         try:
             train.load_gin_config(gin_files, list(bindings) + [binding])
         except UserError as error:
-            raise UserError(f"Sweep binding {binding} is refused: {train.one_line(error)} "
-                            f"-- fix {spec_path}.") from None
+            raise UserError(f"Sweep binding {binding} in {spec_path} is refused: "
+                            f"{train.one_line(error)}") from None
         except Exception as error:  # Gin's tokenizer raises its own errors on bad syntax
-            raise UserError(f"Sweep binding {binding} does not parse ({error}) -- fix "
-                            f"{spec_path}.") from None
+            raise UserError(f"Sweep binding {binding} in {spec_path} does not parse: "
+                            f"{error}; fix its value.") from None
 
 
 def _current_value(key):
