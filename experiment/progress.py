@@ -13,12 +13,19 @@ class Progress:
         self._total = total_steps
         self._enabled = enabled
         self._start = time.perf_counter()
+        self._lap_start = self._start
         self._last_line = self._start
         self._last_step = start_step
         self._last_time = self._start
 
     def elapsed(self):
         return time.perf_counter() - self._start
+
+    def lap(self):
+        """Seconds since the previous lap (or the start): for accumulating wall time."""
+        now = time.perf_counter()
+        seconds, self._lap_start = now - self._lap_start, now
+        return seconds
 
     def maybe_line(self, step, eval_return):
         if time.perf_counter() - self._last_line >= _MIN_SECONDS_BETWEEN_LINES:

@@ -26,6 +26,7 @@ from experiment.export import export_policy
 from experiment.gin_utils import unused_bindings
 from experiment.loop import FusedLoop
 from experiment.progress import Progress
+from experiment.run_state import RunState
 from experiment.schedules import linear_schedule
 from experiment.summaries import SummaryWriter
 from experiment.train_summaries import TrainSummaries
@@ -163,8 +164,9 @@ def run(root_dir, seed=0, force=False, *,
             tf_metrics.AverageEpisodeLengthMetric(batch_size=num_envs),
         tags.TRAIN_EPISODES: tf_metrics.NumberOfEpisodes(),
     }
+    run_state = RunState()
     checkpointer = Checkpointer(
-        os.path.join(root_dir, 'checkpoints'), agent=agent, env_step=env_step,
+        os.path.join(root_dir, 'checkpoints'), agent=agent, env_step=env_step, run_state=run_state,
         train_step=train_step, replay=backend.checkpoint_items(),
         metrics=list(train_metrics.values()))
     if resuming:
@@ -194,8 +196,6 @@ def run(root_dir, seed=0, force=False, *,
         probe=BufferProbe(backend, batch_size=batch_size, num_steps=num_steps,
                           importance_beta=importance_beta))
     progress = Progress(num_env_steps, start_step=int(env_step.numpy()), enabled=verbose)
-    state = {'best_eval_return': None, 'last_eval_return': None, 'steps_to_target': None,
-             'last_eval_step': None}
     steps_per_chunk = collect_steps_per_iteration // num_envs
     interrupted = False
 
@@ -203,17 +203,12 @@ def run(root_dir, seed=0, force=False, *,
         average_return, average_length = evaluator()
         writer.scalars({tags.EVAL_AVERAGE_RETURN: average_return,
                         tags.EVAL_AVERAGE_EPISODE_LENGTH: average_length}, step)
-        state['last_eval_return'] = average_return
-        state['last_eval_step'] = step
-        if state['best_eval_return'] is None or average_return > state['best_eval_return']:
-            state['best_eval_return'] = average_return
-        if (target_return is not None and state['steps_to_target'] is None
-                and average_return >= target_return):
-            state['steps_to_target'] = step
+        run_state.record_eval(step, average_return, target_return)
         progress.line(step, average_return)
 
     def save_checkpoint(step):
         writer.flush()  # flush first: events never outrun the checkpoint they belong to
+        run_state.add_wall_time(progress.lap())
         checkpointer.save(step)
 
     start_step = int(env_step.numpy())
@@ -236,14 +231,14 @@ def run(root_dir, seed=0, force=False, *,
                 summaries.write(step, diagnostics)
             if _crossed(eval_interval, before, step):
                 evaluate(step)
-                if stop_at_target_return and state['steps_to_target'] is not None:
+                if stop_at_target_return and run_state.steps_to_target is not None:
                     break
             else:
-                progress.maybe_line(step, state['last_eval_return'])
+                progress.maybe_line(step, run_state.last_eval_return)
             if _crossed(checkpoint_interval, before, step):
                 save_checkpoint(step)
         step = int(env_step.numpy())
-        if not interrupted and state['last_eval_step'] != step:
+        if not interrupted and run_state.last_eval_step != step:
             evaluate(step)
         save_checkpoint(step)
     writer.operative_config(gin.operative_config_str(), step)
@@ -255,12 +250,12 @@ def run(root_dir, seed=0, force=False, *,
     metrics = {
         'env_steps': step,
         'train_steps': int(train_step.numpy()),
-        'final_eval_return': state['last_eval_return'],
-        'best_eval_return': state['best_eval_return'],
-        'steps_to_target': state['steps_to_target'],
+        'final_eval_return': run_state.last_eval_return,
+        'best_eval_return': run_state.best_eval_return,
+        'steps_to_target': run_state.steps_to_target,
         'interrupted': interrupted,
         'uses_xla': loop.uses_xla,
-        'wall_time_s': progress.elapsed(),
+        'wall_time_s': run_state.wall_time_s,
         'env_steps_per_sec': (step - start_step) / max(progress.elapsed(), 1e-9),
         'buffer_size': backend.metrics()['size'],
         'unused_bindings': unused_bindings(),

@@ -92,6 +92,9 @@ def test_rerun_of_a_finished_run_resumes_and_changes_nothing(tiny_run):
     again = train.main(TINY + [f'--root_dir={root_dir}', '--seed=3'])
     assert again['env_steps'] == metrics['env_steps']
     assert again['train_steps'] == metrics['train_steps']
+    # Run-level results come back from the checkpoint instead of starting over.
+    assert again['best_eval_return'] == metrics['best_eval_return']
+    assert again['wall_time_s'] >= metrics['wall_time_s'] > 0
 
 
 def test_changed_config_is_refused_unless_forced(tiny_run):
