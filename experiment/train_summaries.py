@@ -16,6 +16,7 @@ class TrainSummaries:
         self._probe = probe
         self._loop_rates = RateTracker()
         self._buffer_rates = RateTracker()
+        self._capacity_checked = False
 
     def start(self, env_step):
         """Starts the rate clocks (after initial collection, so it is not counted)."""
@@ -34,6 +35,7 @@ class TrainSummaries:
         for name, value in self._buffer_values().items():
             values[tags.BUFFER_PREFIX + name] = value
         self._writer.scalars(values, env_step)
+        self._check_capacity(values.get(tags.TRAIN_AVERAGE_EPISODE_LENGTH, 0.0))
         for name, histogram in self._backend.histograms().items():
             if len(histogram):
                 self._writer.histogram(tags.BUFFER_PREFIX + name, histogram, env_step)
@@ -45,3 +47,14 @@ class TrainSummaries:
         values['samples_per_insert'] = values['sampled'] / max(values['inserted'], 1.0)
         values.update(self._probe())
         return values
+
+    def _check_capacity(self, average_episode_length):
+        """Warns once if replay holds fewer than ~10 episodes: it would forget too fast."""
+        if self._capacity_checked or average_episode_length <= 0:
+            return
+        self._capacity_checked = True
+        capacity = self._backend.metrics()['capacity']
+        if capacity < 10 * average_episode_length:
+            print(f"warning: run.replay_capacity={capacity:.0f} holds fewer than 10 episodes "
+                  f"(average length so far {average_episode_length:.0f} steps); consider "
+                  "raising it.", flush=True)

@@ -142,3 +142,9 @@ def test_corrupted_checkpoint_is_reported(tmp_path):
     with pytest.raises(UserError, match='ckpt-200 cannot be restored.*delete'):
         train.main(TINY + [f'--root_dir={root_dir}', '--gin_bindings=run.num_env_steps=200',
                            '--gin_bindings=run.export_final_policy=False'])
+
+
+def test_small_capacity_warns_once(tmp_path, capsys):
+    train.main(TINY + [f'--root_dir={tmp_path / "run"}', '--gin_bindings=run.replay_capacity=40',
+                       '--gin_bindings=run.export_final_policy=False'])
+    assert capsys.readouterr().out.count('holds fewer than 10 episodes') == 1
