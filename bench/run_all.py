@@ -40,6 +40,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from bench import dqn_speed, timing  # noqa: E402  (needs the repo root on sys.path)
+from experiment.rundir import atomic_write_text  # noqa: E402
 
 SECTIONS = [
     ('dqn_cartpole', dqn_speed.section),
@@ -112,17 +113,8 @@ def _cpu_model():
 
 
 def write_atomically(path, text):
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    handle, temp = tempfile.mkstemp(prefix='.benchmarks-', suffix='.md', dir=directory)
-    try:
-        with os.fdopen(handle, 'w') as out:
-            out.write(text)
-        os.replace(temp, path)
-    except BaseException:
-        if os.path.exists(temp):
-            os.remove(temp)
-        raise
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write_text(path, text)
 
 
 def main(argv=None):
