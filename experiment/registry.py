@@ -5,7 +5,9 @@ this module first. Add new agents and backends here.
 """
 
 import agents.dqn  # noqa: F401
+import buffers.episodic  # noqa: F401
 import buffers.prioritized  # noqa: F401
+import buffers.reverb_replay  # noqa: F401
 import buffers.uniform  # noqa: F401
 import envs.suite  # noqa: F401
 import experiment.run  # noqa: F401

@@ -156,8 +156,13 @@ def run(root_dir, seed=0, force=False, *,
     tf_env = tf_py_environment.TFPyEnvironment(probe_env)
     agent = make_agent(tf_env.time_step_spec(), tf_env.action_spec(), train_step)
     num_steps = agent.train_sequence_length or 2
+    backend_options = {}
+    if getattr(replay_backend, 'writes_own_checkpoints', False):
+        # Reverb writes its table checkpoints itself; they must outlive the process to resume.
+        backend_options['checkpoint_dir'] = os.path.join(root_dir, 'checkpoints', 'replay')
     backend = replay_backend(agent.collect_data_spec, capacity=replay_capacity, num_envs=num_envs,
-                             batch_size=batch_size, num_steps=num_steps, seed=seed)
+                             batch_size=batch_size, num_steps=num_steps, seed=seed,
+                             **backend_options)
     train_metrics = {
         tags.TRAIN_AVERAGE_RETURN: tf_metrics.AverageReturnMetric(batch_size=num_envs),
         tags.TRAIN_AVERAGE_EPISODE_LENGTH:

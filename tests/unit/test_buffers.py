@@ -5,7 +5,9 @@ import pytest
 import tensorflow as tf
 
 from buffers.base import ReplayBackend, SampleInfo
+from buffers.episodic import EpisodicReplay
 from buffers.prioritized import PrioritizedReplay
+from buffers.reverb_replay import ReverbPrioritizedReplay, ReverbUniformReplay
 from buffers.uniform import UniformReplay
 from experiment.errors import UserError
 
@@ -15,7 +17,9 @@ SPEC = {
     't': tf.TensorSpec([], tf.int64),
     'env': tf.TensorSpec([], tf.int64),
 }
-BACKENDS = [UniformReplay, PrioritizedReplay]
+BACKENDS = [UniformReplay, PrioritizedReplay, EpisodicReplay,
+            pytest.param(ReverbUniformReplay, marks=pytest.mark.reverb),
+            pytest.param(ReverbPrioritizedReplay, marks=pytest.mark.reverb)]
 
 
 def _step(t):
@@ -28,14 +32,31 @@ def _step(t):
     }
 
 
-def _make(backend_cls, capacity=20, seed=0):
-    return backend_cls(SPEC, capacity=capacity, num_envs=NUM_ENVS, batch_size=4, num_steps=2,
-                       seed=seed)
+def _make(backend_cls, capacity=20, seed=0, num_steps=2):
+    return backend_cls(SPEC, capacity=capacity, num_envs=NUM_ENVS, batch_size=4,
+                       num_steps=num_steps, seed=seed)
+
+
+def _oldest_kept(request, newest, steps_per_env, num_steps=2):
+    """The oldest step a sampled window may hold once eviction has begun.
+
+    Row buffers keep each copy's last `steps_per_env` steps; Reverb tables keep
+    its last `steps_per_env` windows (items), which reach `num_steps - 1` further back.
+    """
+    oldest = newest - steps_per_env + 1
+    return oldest - (num_steps - 1) if request.node.get_closest_marker('reverb') else oldest
 
 
 def _fill(buffer, steps):
     for t in range(steps):
         buffer.add(_step(t))
+
+
+def _drawable(buffer, draws=1024):
+    """The set of (window t, env, key, probability) a buffer draws in many samples."""
+    window, info = buffer.sample(draws, 2)
+    return set(zip(map(tuple, window['t'].numpy()), map(tuple, window['env'].numpy()),
+                   info.keys.numpy(), info.probabilities.numpy()))
 
 
 @pytest.mark.parametrize('backend_cls', BACKENDS)
@@ -45,7 +66,7 @@ class TestReplayContract:
         assert isinstance(_make(backend_cls), ReplayBackend)
 
     def test_sample_shapes_and_windows(self, backend_cls):
-        buffer = _make(backend_cls)
+        buffer = _make(backend_cls, num_steps=3)
         _fill(buffer, 6)
         window, info = buffer.sample(16, 3)
         assert window['obs'].shape == (16, 3, 3)
@@ -58,18 +79,18 @@ class TestReplayContract:
         assert (env == env[:, :1]).all()
         np.testing.assert_allclose(window['obs'].numpy()[..., 0], t * 10 + env)
 
-    def test_eviction_at_capacity(self, backend_cls):
+    def test_eviction_at_capacity(self, backend_cls, request):
         buffer = _make(backend_cls, capacity=10)  # 5 steps per env copy
         _fill(buffer, 12)
         assert buffer.metrics()['size'] == 10
         assert buffer.metrics()['fill_ratio'] == 1.0
         window, _ = buffer.sample(256, 2)
         # Only the last 5 steps (7..11) survive; windows never straddle evicted rows.
-        assert window['t'].numpy().min() >= 7
+        assert window['t'].numpy().min() >= _oldest_kept(request, 11, 5)
         assert window['t'].numpy().max() <= 11
 
     def test_sampling_covers_all_items_uniformly(self, backend_cls):
-        buffer = _make(backend_cls, capacity=20)
+        buffer = _make(backend_cls, capacity=20, num_steps=1)
         _fill(buffer, 6)
         window, info = buffer.sample(5000, 1)
         counts = np.bincount(window['t'].numpy()[:, 0] * NUM_ENVS + window['env'].numpy()[:, 0])
@@ -91,13 +112,18 @@ class TestReplayContract:
         window, info = next(iter(buffer.as_dataset(4, 2)))
         assert window['t'].shape == (4, 2) and info.keys.shape == (4,)
 
-    def test_save_restore_is_identical(self, backend_cls, tmp_path):
+    def test_save_restore_is_identical(self, backend_cls, tmp_path, request):
         buffer = _make(backend_cls, seed=1)
         _fill(buffer, 7)
         path = tf.train.Checkpoint(replay=buffer.checkpoint_items()).save(str(tmp_path / 'ckpt'))
         restored = _make(backend_cls, seed=99)
         tf.train.Checkpoint(replay=restored.checkpoint_items()).restore(path).assert_consumed()
         assert restored.metrics() == buffer.metrics()
+        if request.node.get_closest_marker('reverb'):
+            # Reverb's server-side sampler cannot be seeded: compare every window
+            # either table can draw, with its key and probability.
+            assert _drawable(buffer) == _drawable(restored)
+            return
         # Same contents and same RNG state: the next samples agree exactly.
         a, a_info = buffer.sample(32, 2)
         b, b_info = restored.sample(32, 2)
@@ -112,7 +138,7 @@ class TestReplayContract:
         buffer.update_priorities(info.keys, tf.ones([4]))
         assert buffer.sample(4, 2)[0]['t'].shape == (4, 2)
 
-    def test_priorities_feed_back_inside_the_compiled_loop(self, backend_cls):
+    def test_priorities_feed_back_inside_the_compiled_loop(self, backend_cls, request):
         """The loop's sample -> update_priorities round trip, with XLA where claimed.
 
         Duplicate keys and keys whose rows were overwritten must be accepted
@@ -135,7 +161,7 @@ class TestReplayContract:
         window, info = train_once()
         t = window['t'].numpy()
         np.testing.assert_array_equal(np.diff(t, axis=1), 1)
-        assert t.min() >= 7 and t.max() <= 11
+        assert t.min() >= _oldest_kept(request, 11, 5) and t.max() <= 11
         p = info.probabilities.numpy()
         assert (p > 0).all() and (p <= 1).all()
 
