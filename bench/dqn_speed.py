@@ -26,7 +26,19 @@ TFA_INITIAL_COLLECT = 1000  # train_eval's default; env steps before iteration 1
 TFA_LOG_INTERVAL = 1000  # its default; budgets are multiples so the last log is the last step
 OURS_CONFIG = 'configs/dqn_cartpole.gin'
 OURS_BINDINGS = [
+    # The example's agent: DQN (not double), 1-step targets, soft target updates
+    # (tau 0.05 every 5 steps), fixed epsilon 0.1, Adam 1e-3, no gradient clipping.
     'dqn.make_agent.fc_layer_params=(100,)',
+    'dqn.make_agent.double_dqn=False',
+    'dqn.make_agent.n_step_update=1',
+    'dqn.make_agent.target_update_tau=0.05',
+    'dqn.make_agent.target_update_period=5',
+    'dqn.make_agent.epsilon_start=0.1',
+    'dqn.make_agent.epsilon_end=0.1',
+    'dqn.make_agent.learning_rate=1e-3',
+    'dqn.make_agent.gradient_clipping=None',
+    'run.initial_collect_steps=1000',
+    'run.replay_capacity=100000',
     'run.batch_size=64',
     'make_env.num_envs=8',
     'run.collect_steps_per_iteration=32',  # 4 steps of 8 copies ...
