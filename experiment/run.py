@@ -195,7 +195,8 @@ def run(root_dir, seed=0, force=False, *,
                      batch_size=batch_size, num_steps=num_steps,
                      train_steps=train_steps_per_iteration, use_xla=use_xla,
                      importance_beta=importance_beta)
-    writer = SummaryWriter(root_dir)
+    resume_step = int(env_step.numpy()) or None
+    writer = SummaryWriter(root_dir, resume_step=resume_step)
     summaries = TrainSummaries(
         writer, agent=agent, backend=backend, train_metrics=train_metrics, train_step=train_step,
         probe=BufferProbe(backend, batch_size=batch_size, num_steps=num_steps,

@@ -1,47 +1,68 @@
-"""TensorBoard writing, flushed only together with checkpoints.
+"""TensorBoard writing that stays consistent with checkpoints.
 
-Events are held in the writer's queue and flushed right before each
-checkpoint is saved. A run killed between checkpoints therefore loses exactly
-the events after its last checkpoint -- which the resumed run writes again --
-so curves continue with no gap and no duplicated step.
+Summaries are held in memory and written to the event file only by `flush`,
+which the run calls right before each checkpoint is saved. A run killed
+between checkpoints therefore loses exactly the summaries after its last
+checkpoint -- which the resumed run writes again -- so curves continue with
+no gap and no duplicated step. (TF's own writer cannot be trusted with this:
+every `as_default()` block flushes to disk on exit.) For the one remaining
+window, a kill after the flush but before the checkpoint is complete, a
+resumed run first drops any events newer than the checkpoint it restored.
 """
 
+import glob
 import os
 
 import tensorflow as tf
 
 from experiment import tags
 
-# Large enough that the writer never flushes on its own between checkpoints.
-_MAX_QUEUE = 1_000_000
-_FLUSH_MILLIS = 24 * 3600 * 1000
-
 
 class SummaryWriter:
-    """Scalars and text under root_dir/tb, with the env-step count as step."""
+    """Scalars, histograms and text under root_dir/tb, with the env-step count as step."""
 
-    def __init__(self, root_dir):
+    def __init__(self, root_dir, *, resume_step=None):
         self.logdir = os.path.join(root_dir, 'tb')
-        self._writer = tf.summary.create_file_writer(
-            self.logdir, max_queue=_MAX_QUEUE, flush_millis=_FLUSH_MILLIS)
+        if resume_step is not None:
+            drop_events_after(self.logdir, resume_step)
+        self._writer = tf.summary.create_file_writer(self.logdir)
+        self._pending = []
 
     def scalars(self, values, step):
-        with self._writer.as_default(step=int(step)):
-            for tag, value in values.items():
-                tf.summary.scalar(tag, float(value))
+        for tag, value in values.items():
+            self._pending.append((tf.summary.scalar, tag, float(value), int(step)))
 
     def histogram(self, tag, values, step):
-        with self._writer.as_default(step=int(step)):
-            tf.summary.histogram(tag, values)
+        self._pending.append((tf.summary.histogram, tag, values, int(step)))
 
     def operative_config(self, config_text, step):
         # Gin's config is Python-like text; TB renders text summaries as markdown.
         markdown = '\n'.join('    ' + line for line in config_text.splitlines())
-        with self._writer.as_default(step=int(step)):
-            tf.summary.text(tags.OPERATIVE_CONFIG, markdown)
+        self._pending.append((tf.summary.text, tags.OPERATIVE_CONFIG, markdown, int(step)))
 
     def flush(self):
-        self._writer.flush()
+        """Writes every pending summary to disk."""
+        if not self._pending:
+            return
+        with self._writer.as_default():  # flushes on exit
+            for write, tag, value, step in self._pending:
+                write(tag, value, step=step)
+        self._pending = []
 
     def close(self):
+        self.flush()
         self._writer.close()
+
+
+def drop_events_after(logdir, step):
+    """Rewrites event files without summaries newer than `step` (atomically, per file)."""
+    for path in sorted(glob.glob(os.path.join(logdir, 'events.out.tfevents.*'))):
+        events = list(tf.compat.v1.train.summary_iterator(path))
+        kept = [event for event in events if not event.summary.value or event.step <= step]
+        if len(kept) == len(events):
+            continue
+        tmp_path = path + '.tmp'
+        with tf.io.TFRecordWriter(tmp_path) as records:
+            for event in kept:
+                records.write(event.SerializeToString())
+        os.replace(tmp_path, path)

@@ -124,3 +124,14 @@ def test_sigkill_resume_restores_every_backend(mixin, tmp_path):
     # (Reverb windows need num_steps steps per copy before the first new item: allow for them.)
     for step, size in sizes:
         assert size >= min(step, CAPACITY) - 4 * 2 * 2, (step, size)
+
+
+def test_events_newer_than_the_checkpoint_are_dropped_on_resume(tmp_path):
+    """The kill-after-flush-before-checkpoint window: a resume rewrites the events first."""
+    from experiment.summaries import SummaryWriter
+    writer = SummaryWriter(str(tmp_path))
+    writer.scalars({'x': 1.0}, 100)
+    writer.scalars({'x': 2.0}, 200)
+    writer.close()
+    SummaryWriter(str(tmp_path), resume_step=100).close()
+    assert [step for step, _ in read_scalars(str(tmp_path))['x']] == [100]
