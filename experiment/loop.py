@@ -10,6 +10,7 @@ loop fast; summaries read counters between chunks, never per step.
 
 import tensorflow as tf
 from tf_agents.policies import random_tf_policy
+from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory as trajectory_lib
 
 from buffers.base import importance_weights
@@ -88,6 +89,9 @@ class FusedLoop:
         """One gradient step; prioritized backends get the TD errors back as priorities."""
         experience, info = self._backend.sample(self._batch_size, self._num_steps)
         weights = importance_weights(info.probabilities, self._importance_beta())
+        # Batched auto-resetting envs store LAST -> FIRST boundary steps; a window starting
+        # on one is no transition at all. DQN masks them itself, SAC does not: zero them here.
+        weights *= tf.cast(experience.step_type[:, 0] != ts.StepType.LAST, weights.dtype)
         loss_info = self._agent.train(experience, weights=weights)
         td_error = getattr(loss_info.extra, 'td_error', None)
         if td_error is not None:
