@@ -9,14 +9,15 @@ import train
 from tests.smoke.test_train import ROOT, TINY, read_scalars
 
 
-def _mixins():
+def backend_mixins():
+    """One pytest param per configs/buffers/*.gin mixin; Reverb ones are marked `reverb`."""
     for path in sorted(glob.glob(os.path.join(ROOT, 'configs', 'buffers', '*.gin'))):
         name = os.path.splitext(os.path.basename(path))[0]
         marks = [pytest.mark.reverb] if name.startswith('reverb') else []
         yield pytest.param(os.path.relpath(path, ROOT), id=name, marks=marks)
 
 
-@pytest.mark.parametrize('mixin', list(_mixins()))
+@pytest.mark.parametrize('mixin', list(backend_mixins()))
 def test_tiny_run_with_backend(mixin, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     root_dir = str(tmp_path / 'run')

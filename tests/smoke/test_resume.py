@@ -1,6 +1,5 @@
 """Kill a run (SIGKILL, then SIGINT) and rerun it: it continues with no gap or duplicate."""
 
-import glob
 import os
 import signal
 import subprocess
@@ -11,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import train
+from tests.smoke.test_backends import backend_mixins
 from tests.smoke.test_train import ROOT, TINY, read_scalars
 
 BUDGET = 12_000
@@ -96,14 +96,7 @@ def test_half_written_checkpoint_leaves_the_previous_one_usable(tmp_path):
 
 
 
-def _backend_mixins():
-    for path in sorted(glob.glob(os.path.join(ROOT, 'configs', 'buffers', '*.gin'))):
-        name = os.path.splitext(os.path.basename(path))[0]
-        marks = [pytest.mark.reverb] if name.startswith('reverb') else []
-        yield pytest.param(os.path.relpath(path, ROOT), id=name, marks=marks)
-
-
-@pytest.mark.parametrize('mixin', list(_backend_mixins()))
+@pytest.mark.parametrize('mixin', list(backend_mixins()))
 def test_sigkill_resume_restores_every_backend(mixin, tmp_path):
     """Hard-kill a run with each backend; the rerun finds its buffer as checkpointed."""
     root_dir = str(tmp_path / 'run')
