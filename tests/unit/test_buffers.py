@@ -180,3 +180,10 @@ class TestReplayContract:
 def test_impossible_capacity_is_refused(capacity, message):
     with pytest.raises(UserError, match=message):
         UniformReplay(SPEC, capacity=capacity, num_envs=2, batch_size=4, num_steps=3)
+
+
+def test_large_rows_fall_back_from_xla():
+    """XLA's CPU gather is slower on image-sized rows: such buffers opt out of jit."""
+    image = {'obs': tf.TensorSpec([84, 84, 4], tf.uint8)}
+    assert not UniformReplay(image, capacity=8, num_envs=1, batch_size=2).supports_xla
+    assert UniformReplay(SPEC, capacity=8, num_envs=1, batch_size=2).supports_xla

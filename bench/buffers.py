@@ -1,0 +1,353 @@
+"""Replay buffers side by side: our backends, the TF-Agents classes they replace, numpy.
+
+For each system and each data kind (a CartPole-like vector `Trajectory` and
+an 84x84x4 uint8 image one, DQN's `collect_data_spec` shape, capacity 100k)
+this measures insert rate (1 env, 32 batched envs), sample rate (batch 256
+of 2-step windows, through the learner's path), per-call sample latency,
+priority-update rate and bytes per stored transition, then prints markdown
+tables of rates, ratios and the acceptance checks. How each number is taken
+is in `bench/buffer_systems.py`, which does the measuring.
+
+Every (system, kind) pair runs in its own process, pinned like the other
+sections (`--cpus`, default one core) so numbers are per core and no
+system's threads, memory or Reverb server outlive it. Run alone:
+
+    .venv/bin/python bench/run_all.py --only buffers --quick   # ~3 min, harness check
+    .venv/bin/python bench/run_all.py --only buffers            # full size, ~5 min
+"""
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+
+from bench import buffer_systems, timing
+
+# (system key, what it is); the worker module knows how to build each.
+SYSTEMS = [
+    ('numpy', 'numpy ring buffer (baseline)'),
+    ('uniform', '`UniformReplay`'),
+    ('tfa_uniform', 'TF-Agents `TFUniformReplayBuffer`'),
+    ('prioritized', '`PrioritizedReplay`'),
+    ('episodic', '`EpisodicReplay`'),
+    ('tfa_episodic', 'TF-Agents `EpisodicReplayBuffer`'),
+    ('reverb_uniform', '`ReverbUniformReplay`'),
+    ('tfa_reverb_uniform', 'TF-Agents `ReverbReplayBuffer`, Uniform table'),
+    ('reverb_prioritized', '`ReverbPrioritizedReplay`'),
+    ('tfa_reverb_prioritized', 'TF-Agents `ReverbReplayBuffer`, Prioritized table'),
+]
+LABELS = dict(SYSTEMS)
+# Each of our backends against the TF-Agents class it replaces.
+REFERENCE = {
+    'uniform': 'tfa_uniform',
+    'prioritized': 'tfa_reverb_prioritized',
+    'episodic': 'tfa_episodic',
+    'reverb_uniform': 'tfa_reverb_uniform',
+    'reverb_prioritized': 'tfa_reverb_prioritized',
+}
+KINDS = ('vector', 'image')
+KIND_TITLES = {'vector': 'Vector transitions (CartPole-like: float32[4] observation)',
+               'image': 'Image transitions (uint8[84, 84, 4] observation)'}
+WORKER_TIMEOUT_S = 600
+MEMORY_LIMIT = 1.1  # image bytes per stored transition / observation bytes, in-process backends
+
+
+def section(opts):
+    """Runs every system on both data kinds; returns the section's markdown."""
+    started = time.perf_counter()
+    results, failures = {}, []
+    for system, _ in SYSTEMS:
+        for kind in KINDS:
+            try:
+                results[system, kind] = run_worker(system, kind, opts)
+            except timing.BenchError as error:
+                failures.append(f'{system}/{kind}: {str(error).splitlines()[0]}')
+                print(f'error: {error}', file=sys.stderr, flush=True)
+    text = render(results, failures, opts, time.perf_counter() - started)
+    if failures:
+        print(text, flush=True)  # what did run, since run_all keeps only the error line
+        raise timing.BenchError(f'{len(failures)} buffer runs failed: ' + '; '.join(failures))
+    return text
+
+
+def worker_command(system, kind, opts):
+    cmd = [timing.python(), '-m', 'bench.buffer_systems', '--system', system, '--kind', kind]
+    return timing.pin_prefix(opts.cpus) + cmd + (['--quick'] if opts.quick else [])
+
+
+def run_worker(system, kind, opts):
+    """Runs one measuring process; echoes its progress lines; returns its result dict.
+
+    Only the worker's own progress lines (`  [hh:mm:ss] ...`) are echoed to
+    stderr: TF and Reverb log plenty that matters only when something fails,
+    and all of it is kept in the run's log file.
+    """
+    cmd = worker_command(system, kind, opts)
+    label = f'buffers {system} {kind}'
+    log_path = os.path.join(opts.log_dir, re.sub(r'[^A-Za-z0-9_.-]+', '_', label) + '.log')
+    print(f'  [{time.strftime("%H:%M:%S")}] {label}', flush=True)
+    env = dict(os.environ, PYTHONUNBUFFERED='1', TF_CPP_MIN_LOG_LEVEL='2')
+    start = time.perf_counter()
+    with open(log_path, 'w') as log:
+        log.write(f'$ {timing.shorten(cmd)}\n')
+        proc = subprocess.Popen(cmd, cwd=timing.REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                errors='replace', bufsize=1)
+        lines = []
+
+        def echo(stream):
+            for text in stream:
+                lines.append(text)
+                if text.startswith('  ['):
+                    print(text, end='', file=sys.stderr, flush=True)
+
+        reader = threading.Thread(target=echo, args=(proc.stderr,), daemon=True)
+        reader.start()
+        try:
+            out, _ = proc.communicate(timeout=WORKER_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            out = ''
+        reader.join(timeout=10)
+        log.writelines(lines)
+        log.write(out)
+    wall_s = time.perf_counter() - start
+    result = next((json.loads(line[len('RESULT '):]) for line in out.splitlines()
+                   if line.startswith('RESULT ')), None)
+    if proc.returncode != 0 or result is None:
+        tail = ''.join(lines[-15:])
+        raise timing.BenchError(f'{label} exited with status {proc.returncode} after '
+                                f'{wall_s:.0f} s (log: {log_path}); last lines:\n{tail}')
+    data = result['kinds'][kind]
+    data['wall_s'] = wall_s
+    print(f'  [{time.strftime("%H:%M:%S")}] {label}: done in {wall_s:.1f} s', flush=True)
+    return data
+
+
+# -- Rendering ----------------------------------------------------------------------------------
+
+
+def rate(value):
+    """A rate as 1.23M / 456k / 789, or n/a."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return 'n/a'
+    for scale, suffix in ((1e6, 'M'), (1e3, 'k')):
+        if value >= scale:
+            return f'{value / scale:.3g}{suffix}'
+    return f'{value:.3g}'
+
+
+def ratio(ours, theirs):
+    return None if not ours or not theirs else ours / theirs
+
+
+def show_ratio(value):
+    return 'n/a' if value is None else f'{value:.2f}x'
+
+
+def headline_sample(data):
+    """The headline read path's rate: the first one listed (the learner's or TF-Agents' own)."""
+    return next(iter(data['sample'].values()), None) if data else None
+
+
+def headline_update(data):
+    return next(iter(data['update'].values()), None) if data and data['update'] else None
+
+
+def memory_cell(data):
+    if not data or data.get('bytes_per_transition') is None:
+        return 'n/a'
+    value = data['bytes_per_transition']
+    rss = ' (RSS)' if data['memory_method'].startswith('RSS') else ''
+    return f'{value:,.0f} ({value / data["obs_bytes"]:.2f}x obs){rss}'
+
+
+def render(results, failures, opts, seconds):
+    budget = buffer_systems.QUICK if opts.quick else buffer_systems.FULL
+    fills = {kind: f'{count:,}' for kind, count in budget['fill'].items()}
+    episode = buffer_systems.EPISODE_LENGTH
+    episodes = math.ceil(buffer_systems.CAPACITY / episode) + buffer_systems.NUM_ENVS
+    out = ['## Replay buffers: insert, sample, latency, memory', '']
+    out += [
+        'Every backend and the TF-Agents class it replaces, with a plain numpy ring buffer '
+        '(`UniformReplay`\'s layout, the memcpy baseline), on a vector and an image '
+        '`Trajectory` (step_type, observation, action, policy_info=(), next_step_type, '
+        'reward, discount, as DQN\'s `collect_data_spec`), capacity 100,000 transitions. '
+        f'Each (system, data) pair runs in its own process, {timing.describe_pinning(opts.cpus)}'
+        '; TF sizes its thread pools to those cores and Reverb\'s threads share them.', '',
+        '- **Insert** (transitions/s): 1 env (batch of 1 per add) and 32 batched envs (batch '
+        'of 32 per add) into an empty buffer, through each backend\'s `add` inside a '
+        '`tf.function` loop (as our collect loop calls it), TF-Agents\' `add_batch` the same '
+        'way, TF-Agents\' `ReverbAddTrajectoryObserver` from Python (it takes unbatched steps, '
+        'so 32 envs get 32 observers, as 32 actors would), the numpy ring from Python. Reverb '
+        'inserts are timed until the server has them (a final flush).',
+        '- **Sample** (2-step windows/s, batch 256): ours through the learner\'s path, K=32 '
+        '`sample` calls in one `tf.function`, jit-compiled when the backend `supports_xla`; '
+        'TF-Agents\' classes through their documented `as_dataset(sample_batch_size=256, '
+        'num_steps=2)` iterated eagerly (as their examples build it: `num_parallel_calls=3` '
+        'and `prefetch(3)` for `TFUniformReplayBuffer`, `prefetch(50)` for Reverb). Other '
+        'read paths are listed further down.',
+        '- **Latency**: one batch of 256 per call, each call timed on its own (for datasets: '
+        'one `next`, which prefetching hides).',
+        f'- **Filled** before sampling: vectors to {fills["vector"]} transitions, images to '
+        f'{fills["image"]}; Reverb tables to {budget["reverb_fill"]:,} of both (inserting runs '
+        'at a few thousand '
+        'items/s; their samplers\' cost does not depend on table size). Fast inserts wrap '
+        'the ring during the insert measurement, so in-process buffers are often full.',
+        '- **Bytes per stored transition**: TF variables\' (or numpy arrays\') total bytes / '
+        'capacity; for Reverb tables and TF-Agents\' episodic buffer (TensorLists grow as '
+        'they fill), the process RSS growth while filling / items filled, marked (RSS): '
+        'Reverb\'s `server_info` reports item counts but no bytes. Observations are random '
+        'bytes: Reverb compresses chunks, which would shrink real frames but not these.',
+        f'- Synthetic episodes of {episode} items per env copy (staggered), the LAST -> FIRST '
+        'boundary item included. TF-Agents\' `EpisodicReplayBuffer` counts capacity in '
+        f'episodes: it gets ceil(100,000 / {episode}) + 32 = {episodes} (100k transitions '
+        'plus one slot per env copy for the episodes being written).', '']
+
+    for kind in KINDS:
+        out += [f'### {KIND_TITLES[kind]}', '']
+        rows = []
+        for system, label in SYSTEMS:
+            data = results.get((system, kind))
+            if data is None:
+                rows.append([label] + ['failed'] * 6)
+                continue
+            lat = data['latency_ms']
+            rows.append([label, rate(data['insert_1']), rate(data['insert_32']),
+                         rate(headline_sample(data)),
+                         f'{lat["p50"]:.2f} / {lat["p99"]:.2f}',
+                         rate(headline_update(data)) if data['update'] else '',
+                         memory_cell(data)])
+        out += [timing.markdown_table(
+            ['system', 'insert, 1 env /s', 'insert, 32 envs /s', 'sample windows/s',
+             'latency p50 / p99 ms', 'priority updates keys/s', 'bytes per transition'],
+            rows), '']
+
+    out += ['### Ratios: each backend against the TF-Agents class it replaces', '',
+            'Rate ratios (>1: ours faster). "theirs in tf.function": against TF-Agents\' '
+            'dataset iterated K times inside a `tf.function` instead of eagerly. '
+            '"vs numpy": our sample rate over the numpy ring\'s.', '']
+    rows = []
+    for system, reference in REFERENCE.items():
+        for kind in KINDS:
+            ours, theirs = results.get((system, kind)), results.get((reference, kind))
+            numpy = results.get(('numpy', kind))
+            if not ours or not theirs:
+                rows.append([LABELS[system], LABELS[reference], kind] + ['n/a'] * 6)
+                continue
+            their_fn = list(theirs['sample'].values())[1:2] or [None]
+            rows.append([
+                LABELS[system], LABELS[reference], kind,
+                show_ratio(ratio(ours['insert_1'], theirs['insert_1'])),
+                show_ratio(ratio(ours['insert_32'], theirs['insert_32'])),
+                show_ratio(ratio(headline_sample(ours), headline_sample(theirs))),
+                show_ratio(ratio(headline_sample(ours), their_fn[0])),
+                show_ratio(ratio(headline_update(ours), headline_update(theirs)))
+                if ours['update'] else '',
+                show_ratio(ratio(headline_sample(ours), headline_sample(numpy)))])
+    out += [timing.markdown_table(
+        ['backend', 'vs', 'data', 'insert, 1 env', 'insert, 32 envs', 'sample',
+         'sample (theirs in tf.function)', 'priority updates', 'sample vs numpy'], rows), '']
+
+    out += ['### Acceptance', '']
+    checks = acceptance(results)
+    out += [timing.markdown_table(['check', 'measured', 'required', 'result'],
+                                  [[c[0], c[1], c[2], c[3]] for c in checks],
+                                  aligns='lrrc'), '']
+    failed = [c[0] for c in checks if c[3] == 'FAIL']
+    if failed:
+        out += [f'**{len(failed)} acceptance check(s) FAILED** (see the table above).', '']
+
+    out += ['### Every read and update path', '']
+    rows = []
+    for system, label in SYSTEMS:
+        for kind in KINDS:
+            data = results.get((system, kind))
+            if not data:
+                continue
+            for path, value in data['sample'].items():
+                rows.append([label, kind, path, rate(value) + ' windows/s'])
+            for path, value in data['update'].items():
+                rows.append([label, kind, path, rate(value) + ' keys/s'])
+    out += [timing.markdown_table(['system', 'data', 'path', 'rate'], rows), '',
+            'Sampling our in-process backends without XLA separates what XLA adds from what '
+            'the backend does. Priority updates: ours as the train chunk calls them (K=32 '
+            'calls of 256 keys in one `tf.function`); TF-Agents\' `update_priorities` called '
+            'eagerly (its documented use, the headline) and K times in a `tf.function`.', '']
+
+    out += ['### Notes', '',
+            '- TF-Agents\' `ReverbReplayBuffer` names its `TFClient` with the fixed '
+            "`shared_name='rb_tf_client'`, so a second such buffer in one process silently "
+            'reuses the first one\'s client and server; once that server is stopped, '
+            '`update_priorities` hangs. Each measured process here builds only one.',
+            '- `EpisodicReplay` under XLA computes its valid-start mask once per train chunk '
+            'when no `add` intervenes (see buffers/episodic.py), which the K=32 loop shows.',
+            f'- Section wall time {seconds / 60:.1f} min; each rate is timed for '
+            f'{budget["seconds"]:g} s after a warm-up call.', '']
+    if opts.quick:
+        out += ['**Quick mode: short timings and small fills to test the harness; these '
+                'numbers are noisy and not a benchmark.**', '']
+    if failures:
+        out += ['**Runs that failed:** ' + '; '.join(failures), '']
+    return '\n'.join(out)
+
+
+def acceptance(results):
+    """[(check, measured, required, PASS/FAIL/n/a)] for the issue's acceptance ratios."""
+    def get(system, kind):
+        return results.get((system, kind))
+
+    checks = []
+
+    def check(name, value, minimum, fmt=show_ratio, required=None):
+        verdict = 'n/a' if value is None else ('PASS' if value >= minimum else 'FAIL')
+        checks.append((name, fmt(value), required or f'≥ {minimum:g}x', verdict))
+
+    def sample_ratio(system, kind):
+        ours, theirs = get(system, kind), get(REFERENCE[system], kind)
+        return ratio(headline_sample(ours), headline_sample(theirs)) if ours and theirs else None
+
+    def insert_ratio(system, kind):
+        ours, theirs = get(system, kind), get(REFERENCE[system], kind)
+        return ratio(ours['insert_32'], theirs['insert_32']) if ours and theirs else None
+
+    check('`uniform` sample vs `TFUniformReplayBuffer.as_dataset`, vectors',
+          sample_ratio('uniform', 'vector'), 1.5)
+    check('`uniform` sample vs `TFUniformReplayBuffer.as_dataset`, images',
+          sample_ratio('uniform', 'image'), 1.0)
+    for kind in KINDS:
+        check(f'`uniform` insert, 32 envs, vs `TFUniformReplayBuffer.add_batch`, {kind}s',
+              insert_ratio('uniform', kind), 1.0)
+    check('`prioritized` sample vs TF-Agents Reverb prioritized `as_dataset`, vectors',
+          sample_ratio('prioritized', 'vector'), 25)
+    absolute = headline_sample(get('prioritized', 'vector'))
+    check('`prioritized` sample, vectors, absolute', absolute, 5e5,
+          fmt=lambda v: 'n/a' if v is None else f'{rate(v)}/s', required='≥ 500k/s')
+    ours, theirs = get('prioritized', 'vector'), get('tfa_reverb_prioritized', 'vector')
+    check('`prioritized` 256-key priority updates vs `ReverbReplayBuffer.update_priorities`',
+          ratio(headline_update(ours), headline_update(theirs)) if ours and theirs else None,
+          20)
+    for system in ('reverb_uniform', 'reverb_prioritized'):
+        for kind in KINDS:
+            check(f'`{system}` sample vs `ReverbReplayBuffer.as_dataset`, {kind}s',
+                  sample_ratio(system, kind), 2)
+        for kind in KINDS:
+            check(f'`{system}` insert, 32 envs, vs `ReverbAddTrajectoryObserver`, {kind}s',
+                  insert_ratio(system, kind), 2)
+    for kind in KINDS:
+        check(f'`episodic` sample vs `EpisodicReplayBuffer.as_dataset`, {kind}s',
+              sample_ratio('episodic', kind), 5)
+    for system in ('uniform', 'prioritized', 'episodic'):
+        data = get(system, 'image')
+        value = (data['bytes_per_transition'] / data['obs_bytes']
+                 if data and data.get('bytes_per_transition') else None)
+        verdict = 'n/a' if value is None else ('PASS' if value <= MEMORY_LIMIT else 'FAIL')
+        checks.append((f'`{system}` image bytes per stored transition / observation bytes',
+                       'n/a' if value is None else f'{value:.3f}x', f'≤ {MEMORY_LIMIT:g}x',
+                       verdict))
+    return checks
