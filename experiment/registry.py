@@ -5,6 +5,7 @@ this module first. Add new agents and backends here.
 """
 
 import agents.dqn  # noqa: F401
+import agents.sac  # noqa: F401
 import buffers.episodic  # noqa: F401
 import buffers.prioritized  # noqa: F401
 import buffers.reverb_replay  # noqa: F401

@@ -1,0 +1,167 @@
+"""Soft Actor-Critic with automatic entropy tuning, built from TF-Agents' SacAgent.
+
+Only `make_agent` is Gin-configurable; it takes the specs and the step counter
+from the experiment wiring and never builds envs, buffers or writers.
+
+Windows that start on a LAST->FIRST boundary step of a batched auto-resetting
+env are no transitions; SacAgent does not mask them itself, so the fused loop
+passes them with weight 0 (`experiment/loop.py`), which removes them from the
+critic, actor and alpha losses alike (each aggregates with `sample_weight`).
+"""
+
+import gin
+import numpy as np
+import tensorflow as tf
+from tf_agents.agents.ddpg import critic_network
+from tf_agents.agents.sac import sac_agent, tanh_normal_projection_network
+from tf_agents.networks import actor_distribution_network
+from tf_agents.policies import greedy_policy
+from tf_agents.trajectories import time_step as ts
+
+from agents.networks import make_optimizer
+from experiment.errors import UserError
+
+
+class SacAgent(sac_agent.SacAgent):
+    """TF-Agents' SacAgent whose `policy` is greedy: tanh of the Gaussian's mean.
+
+    TF-Agents' SacAgent uses the same stochastic policy for `policy` and
+    `collect_policy`. Evaluation and the exported policy should act
+    deterministically (TF-Agents' SAC examples evaluate a `GreedyPolicy` too),
+    while collection keeps sampling for exploration.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._greedy_policy = greedy_policy.GreedyPolicy(self._policy)
+
+    @property
+    def policy(self):
+        return self._greedy_policy
+
+    @property
+    def alpha(self):
+        """The current entropy temperature, exp(log_alpha)."""
+        return tf.exp(self._log_alpha)
+
+
+@gin.configurable(module='sac')
+def make_agent(time_step_spec, action_spec, train_step, *,
+               actor_fc_layer_params=(256, 256),
+               critic_joint_fc_layer_params=(256, 256),
+               actor_learning_rate=3e-4,
+               critic_learning_rate=3e-4,
+               alpha_learning_rate=3e-4,
+               target_entropy=None,
+               initial_log_alpha=0.0,
+               target_update_tau=0.005,
+               target_update_period=1,
+               gamma=0.99,
+               reward_scale_factor=1.0,
+               gradient_clipping=None):
+    """Builds a SAC agent for a continuous (Box) action spec.
+
+    Args:
+      time_step_spec: the environment's `TimeStep` spec.
+      action_spec: a floating-point `BoundedTensorSpec`.
+      train_step: int64 variable counting gradient steps.
+      actor_fc_layer_params: hidden layer sizes of the actor.
+      critic_joint_fc_layer_params: hidden layer sizes of each of the two
+        critics, applied to the concatenated observation and action.
+      actor_learning_rate: Adam learning rate of the actor.
+      critic_learning_rate: Adam learning rate of the critics.
+      alpha_learning_rate: Adam learning rate of log(alpha).
+      target_entropy: entropy the temperature is tuned towards; None gives
+        -dim(action), the SAC paper's choice (TF-Agents' own default is half that).
+      initial_log_alpha: log of the initial temperature (0.0 is alpha = 1).
+      target_update_tau: Polyak factor of the target critics' soft updates.
+      target_update_period: gradient steps between target updates.
+      gamma: discount factor; truncated episodes still bootstrap (discount 1).
+      reward_scale_factor: multiplies rewards in the critic target.
+      gradient_clipping: global-norm clip, or None.
+
+    Returns:
+      A `tf_agents.agents.TFAgent` with `summary_scalars` and `batch_diagnostics`.
+    """
+    _validate(action_spec, gamma=gamma, target_update_tau=target_update_tau,
+              target_update_period=target_update_period)
+    actor_net, critic_net = _make_networks(
+        time_step_spec.observation, action_spec, actor_fc_layer_params,
+        critic_joint_fc_layer_params)
+    if target_entropy is None:
+        target_entropy = -float(sum(np.prod(spec.shape.as_list())
+                                    for spec in tf.nest.flatten(action_spec)))
+    agent = SacAgent(
+        time_step_spec,
+        action_spec,
+        actor_network=actor_net,
+        critic_network=critic_net,
+        actor_optimizer=make_optimizer('adam', actor_learning_rate),
+        critic_optimizer=make_optimizer('adam', critic_learning_rate),
+        alpha_optimizer=make_optimizer('adam', alpha_learning_rate),
+        target_update_tau=target_update_tau,
+        target_update_period=target_update_period,
+        td_errors_loss_fn=tf.math.squared_difference,
+        gamma=gamma,
+        reward_scale_factor=reward_scale_factor,
+        initial_log_alpha=initial_log_alpha,
+        target_entropy=target_entropy,
+        gradient_clipping=gradient_clipping,
+        train_step_counter=train_step)
+    agent.initialize()
+    # Agent-specific scalars the experiment writes to TensorBoard (name -> callable).
+    agent.summary_scalars = {'train/alpha': lambda: agent.alpha}
+    agent.batch_diagnostics = lambda experience: _batch_diagnostics(agent, experience)
+    return agent
+
+
+def _validate(action_spec, *, gamma, target_update_tau, target_update_period):
+    """Rejects settings SacAgent would accept but silently mistrain on."""
+    if not all(spec.dtype.is_floating for spec in tf.nest.flatten(action_spec)):
+        raise UserError("SAC needs a continuous (Box) action space; use DQN "
+                        "(configs/base/dqn.gin) for discrete actions.")
+    if not 0 < gamma <= 1:
+        raise UserError(f"sac.make_agent.gamma must be in (0, 1], got {gamma}.")
+    if not 0 < target_update_tau <= 1:
+        raise UserError(
+            f"sac.make_agent.target_update_tau must be in (0, 1], got {target_update_tau}.")
+    if target_update_period < 1:
+        raise UserError(
+            f"sac.make_agent.target_update_period must be >= 1, got {target_update_period}.")
+
+
+def _make_networks(observation_spec, action_spec, actor_layers, critic_layers):
+    """The actor (tanh-squashed Gaussian) and the critic template, as in TF-Agents' examples.
+
+    SacAgent copies the critic template into its second critic and both target
+    critics, so one network here yields all four.
+    """
+    actor_net = actor_distribution_network.ActorDistributionNetwork(
+        observation_spec,
+        action_spec,
+        fc_layer_params=tuple(actor_layers),
+        continuous_projection_net=tanh_normal_projection_network.TanhNormalProjectionNetwork)
+    critic_net = critic_network.CriticNetwork(
+        (observation_spec, action_spec),
+        joint_fc_layer_params=tuple(critic_layers),
+        kernel_initializer='glorot_uniform',
+        last_kernel_initializer='glorot_uniform')
+    return actor_net, critic_net
+
+
+def _batch_diagnostics(agent, experience):
+    """Mean Q(s, a) of the first critic and the policy's entropy estimate on a sampled batch.
+
+    Q on the replayed (s, a) gauges over- or under-estimation; the entropy
+    estimate (-log pi of a fresh sample) shows what the temperature is tuning
+    towards `target_entropy`. Only the windows' first frames are used: they are
+    the transitions' starting states.
+    """
+    first = tf.nest.map_structure(lambda x: x[:, 0], experience)
+    time_steps = ts.TimeStep(step_type=first.step_type, reward=first.reward,
+                             discount=first.discount, observation=first.observation)
+    q_values, _ = agent._critic_network_1(  # pylint: disable=protected-access
+        (first.observation, first.action), step_type=first.step_type, training=False)
+    _, log_pi = agent._actions_and_log_probs(  # pylint: disable=protected-access
+        time_steps, training=False)
+    return {'mean_q': tf.reduce_mean(q_values), 'entropy': -tf.reduce_mean(log_pi)}

@@ -1,0 +1,19 @@
+"""SAC learns Pendulum-v1 with the shipped config: a real return threshold (slow)."""
+
+import pytest
+
+import train
+from tests.smoke.test_train import ROOT
+
+
+@pytest.mark.slow
+def test_sac_pendulum_reaches_minus_200_within_20k_env_steps(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    metrics = train.main([
+        '--gin_file=configs/sac_pendulum.gin',
+        f'--root_dir={tmp_path / "run"}',
+        '--seed=0',
+        '--gin_bindings=run.stop_at_target_return=True',
+    ])
+    assert metrics['best_eval_return'] >= -200.0, metrics
+    assert metrics['steps_to_target'] is not None and metrics['steps_to_target'] <= 20_000
