@@ -364,7 +364,29 @@ def _dataset_paths(dataset, spec):
         lambda: tf.nest.flatten(next(iterator)))
 
 
-class TfaUniformSystem:
+class _TfaDatasetReader:
+    """The read side shared by TF-Agents' buffers: a dataset built once, read lazily.
+
+    Subclasses set `self._spec` and `self._paths = None` and implement `_dataset()`.
+    """
+
+    def _open(self):
+        if self._paths is None:
+            self._iterator, self._paths, self._once = _dataset_paths(self._dataset(), self._spec)
+        return self._paths
+
+    def read_paths(self):
+        return self._open()
+
+    def sample_once(self):
+        self._open()
+        return self._once()
+
+    def update_paths(self):
+        return []
+
+
+class TfaUniformSystem(_TfaDatasetReader):
     """`TFUniformReplayBuffer`, read the way TF-Agents' DQN example reads it."""
 
     def __init__(self, kind, num_envs):
@@ -381,23 +403,10 @@ class TfaUniformSystem:
         import tensorflow as tf
         self._insert(tf.constant(start, tf.int64), tf.constant(n, tf.int64))
 
-    def _open(self):
-        if self._paths is None:
-            # As dqn/examples/v2/train_eval.py builds it.
-            dataset = self._buffer.as_dataset(num_parallel_calls=3, sample_batch_size=BATCH_SIZE,
-                                              num_steps=NUM_STEPS).prefetch(3)
-            self._iterator, self._paths, self._once = _dataset_paths(dataset, self._spec)
-        return self._paths
-
-    def read_paths(self):
-        return self._open()
-
-    def sample_once(self):
-        self._open()
-        return self._once()
-
-    def update_paths(self):
-        return []
+    def _dataset(self):
+        # As dqn/examples/v2/train_eval.py builds it.
+        return self._buffer.as_dataset(num_parallel_calls=3, sample_batch_size=BATCH_SIZE,
+                                       num_steps=NUM_STEPS).prefetch(3)
 
     def memory(self, filled, rss_growth):
         return _tf_variable_bytes(self._buffer) / CAPACITY, 'TF variables / capacity'
@@ -406,7 +415,7 @@ class TfaUniformSystem:
         self._iterator = self._paths = self._once = self._buffer = None
 
 
-class TfaEpisodicSystem:
+class TfaEpisodicSystem(_TfaDatasetReader):
     """TF-Agents' `EpisodicReplayBuffer` (capacity in episodes) fed by its stateful wrapper."""
 
     def __init__(self, kind, num_envs):
@@ -427,21 +436,8 @@ class TfaEpisodicSystem:
         import tensorflow as tf
         self._insert(tf.constant(start, tf.int64), tf.constant(n, tf.int64))
 
-    def _open(self):
-        if self._paths is None:
-            dataset = self._buffer.as_dataset(sample_batch_size=BATCH_SIZE, num_steps=NUM_STEPS)
-            self._iterator, self._paths, self._once = _dataset_paths(dataset, self._spec)
-        return self._paths
-
-    def read_paths(self):
-        return self._open()
-
-    def sample_once(self):
-        self._open()
-        return self._once()
-
-    def update_paths(self):
-        return []
+    def _dataset(self):
+        return self._buffer.as_dataset(sample_batch_size=BATCH_SIZE, num_steps=NUM_STEPS)
 
     def memory(self, filled, rss_growth):
         return _rss_memory(filled, rss_growth)
@@ -450,7 +446,7 @@ class TfaEpisodicSystem:
         self._iterator = self._paths = self._once = self._buffer = self._stateful = None
 
 
-class TfaReverbSystem:
+class TfaReverbSystem(_TfaDatasetReader):
     """TF-Agents' Reverb path: a table, `ReverbAddTrajectoryObserver`s, `ReverbReplayBuffer`.
 
     Built as TF-Agents' Reverb examples build it (sequence_length 2, stride 1,
@@ -496,25 +492,15 @@ class TfaReverbSystem:
         for observer in self._observers:
             observer.flush()
 
-    def _open(self):
-        if self._paths is None:
-            # Built only for reading, once per process: its TFClient has the fixed
-            # shared_name 'rb_tf_client', so a second ReverbReplayBuffer in one
-            # process reuses the first one's client and server (whose
-            # update_priorities then hangs once that server is stopped).
-            self._buffer = self._make_buffer()
-            # As TF-Agents' Reverb examples read it (e.g. sac/examples/v2).
-            dataset = self._buffer.as_dataset(sample_batch_size=BATCH_SIZE,
-                                              num_steps=NUM_STEPS).prefetch(50)
-            self._iterator, self._paths, self._once = _dataset_paths(dataset, self._spec)
-        return self._paths
-
-    def read_paths(self):
-        return self._open()
-
-    def sample_once(self):
-        self._open()
-        return self._once()
+    def _dataset(self):
+        # Built only for reading, once per process: its TFClient has the fixed
+        # shared_name 'rb_tf_client', so a second ReverbReplayBuffer in one
+        # process reuses the first one's client and server (whose
+        # update_priorities then hangs once that server is stopped).
+        self._buffer = self._make_buffer()
+        # As TF-Agents' Reverb examples read it (e.g. sac/examples/v2).
+        return self._buffer.as_dataset(sample_batch_size=BATCH_SIZE,
+                                       num_steps=NUM_STEPS).prefetch(50)
 
     def update_paths(self):
         if not self._prioritized:
