@@ -83,9 +83,9 @@ def make_agent(time_step_spec, action_spec, train_step, *,
     Returns:
       A `tf_agents.agents.TFAgent` with `summary_scalars` and `batch_diagnostics`.
     """
-    _validate(action_spec, gamma=gamma, target_update_tau=target_update_tau,
+    validate(action_spec, gamma=gamma, target_update_tau=target_update_tau,
               target_update_period=target_update_period)
-    actor_net, critic_net = _make_networks(
+    actor_net, critic_net = make_networks(
         time_step_spec.observation, action_spec, actor_fc_layer_params,
         critic_joint_fc_layer_params)
     if target_entropy is None:
@@ -111,11 +111,11 @@ def make_agent(time_step_spec, action_spec, train_step, *,
     agent.initialize()
     # Agent-specific scalars the experiment writes to TensorBoard (name -> callable).
     agent.summary_scalars = {'train/alpha': lambda: agent.alpha}
-    agent.batch_diagnostics = lambda experience: _batch_diagnostics(agent, experience)
+    agent.batch_diagnostics = lambda experience: batch_diagnostics(agent, experience)
     return agent
 
 
-def _validate(action_spec, *, gamma, target_update_tau, target_update_period):
+def validate(action_spec, *, gamma, target_update_tau, target_update_period):
     """Rejects settings SacAgent would accept but silently mistrain on."""
     if not all(spec.dtype.is_floating for spec in tf.nest.flatten(action_spec)):
         raise UserError("SAC needs a continuous (Box) action space; use DQN "
@@ -130,7 +130,7 @@ def _validate(action_spec, *, gamma, target_update_tau, target_update_period):
             f"sac.make_agent.target_update_period must be >= 1, got {target_update_period}.")
 
 
-def _make_networks(observation_spec, action_spec, actor_layers, critic_layers):
+def make_networks(observation_spec, action_spec, actor_layers, critic_layers):
     """The actor (tanh-squashed Gaussian) and the critic template, as in TF-Agents' examples.
 
     SacAgent copies the critic template into its second critic and both target
@@ -149,7 +149,7 @@ def _make_networks(observation_spec, action_spec, actor_layers, critic_layers):
     return actor_net, critic_net
 
 
-def _batch_diagnostics(agent, experience):
+def batch_diagnostics(agent, experience):
     """Mean Q(s, a) of the first critic and the policy's entropy estimate on a sampled batch.
 
     Q on the replayed (s, a) gauges over- or under-estimation; the entropy
