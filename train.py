@@ -73,10 +73,10 @@ def main(argv=None):
 
     quiet_startup()
     load_gin_config(args.gin_file, args.gin_bindings)
-    from experiment.run import run
+    from experiment.entry import experiment_function
 
     root_dir = args.root_dir or default_root_dir(args.gin_file, args.seed)
-    return run(root_dir, seed=args.seed, force=args.force)
+    return experiment_function()(root_dir, seed=args.seed, force=args.force)
 
 
 def one_line(error):

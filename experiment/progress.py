@@ -9,8 +9,9 @@ _MIN_SECONDS_BETWEEN_LINES = 10.0
 class Progress:
     """Prints progress lines; at most one every 10 s unless an eval just ran."""
 
-    def __init__(self, total_steps, *, start_step=0, enabled=True):
+    def __init__(self, total_steps, *, start_step=0, enabled=True, unit='env steps'):
         self._total = total_steps
+        self._unit = unit
         self._enabled = enabled
         self._start = time.perf_counter()
         self._lap_start = self._start
@@ -42,4 +43,4 @@ class Progress:
         if rate > 0:
             eta = str(datetime.timedelta(seconds=int((self._total - step) / rate)))
         print(f'step {step:>10,}/{self._total:,} | eval return {eval_text} | '
-              f'{rate:7,.0f} env steps/s | ETA {eta}', flush=True)
+              f'{rate:7,.0f} {self._unit}/s | ETA {eta}', flush=True)

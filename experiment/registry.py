@@ -4,11 +4,15 @@ Gin can only bind names that have been registered, so config parsing imports
 this module first. Add new agents and backends here.
 """
 
+import agents.cql_sac  # noqa: F401
 import agents.dqn  # noqa: F401
 import agents.sac  # noqa: F401
 import buffers.episodic  # noqa: F401
 import buffers.prioritized  # noqa: F401
 import buffers.reverb_replay  # noqa: F401
 import buffers.uniform  # noqa: F401
+import datasets.collect  # noqa: F401
 import envs.suite  # noqa: F401
+import experiment.entry  # noqa: F401
+import experiment.offline  # noqa: F401
 import experiment.run  # noqa: F401

@@ -32,7 +32,7 @@ from experiment.summaries import SummaryWriter
 from experiment.train_summaries import TrainSummaries
 
 
-class _Interrupt:
+class Interrupt:
     """Turns SIGINT into a flag the loop checks between chunks."""
 
     def __init__(self):
@@ -55,7 +55,7 @@ class _Interrupt:
             signal.signal(signal.SIGINT, self._previous)
 
 
-def _configure_tf(seed, tf_threads):
+def configure_tf(seed, tf_threads):
     try:
         tf.config.threading.set_intra_op_parallelism_threads(tf_threads)
         tf.config.threading.set_inter_op_parallelism_threads(tf_threads)
@@ -84,7 +84,7 @@ def _resume_seed(seed, env_step):
     return seed if env_step == 0 else (seed * 1_000_003 + env_step) % (2**31 - 1)
 
 
-def _crossed(interval, before, after):
+def crossed(interval, before, after):
     return interval > 0 and after // interval > before // interval
 
 
@@ -144,7 +144,7 @@ def run(root_dir, seed=0, force=False, *,
       A dict of final metrics (also written to root_dir/metrics.json).
     """
     resuming = rundir.prepare(root_dir, gin.config_str(), force=force)
-    _configure_tf(seed, tf_threads)
+    configure_tf(seed, tf_threads)
     env_step = tf.Variable(0, dtype=tf.int64, name='env_step')
     train_step = tf.Variable(0, dtype=tf.int64, name='train_step')
 
@@ -220,7 +220,7 @@ def run(root_dir, seed=0, force=False, *,
     start_step = int(env_step.numpy())
     if start_step == 0:
         writer.operative_config(gin.config_str(), 0)
-    with _Interrupt() as interrupt:
+    with Interrupt() as interrupt:
         while int(env_step.numpy()) < initial_collect_steps and not interrupt.requested:
             loop.collect_random(tf.constant(steps_per_chunk, tf.int32))
         summaries.start(int(env_step.numpy()))
@@ -233,15 +233,15 @@ def run(root_dir, seed=0, force=False, *,
             chunk = min(steps_per_chunk, -(-(num_env_steps - step) // num_envs))
             diagnostics = loop.iterate(tf.constant(chunk, tf.int32))
             before, step = step, int(env_step.numpy())
-            if _crossed(summary_interval, before, step):
+            if crossed(summary_interval, before, step):
                 summaries.write(step, diagnostics)
-            if _crossed(eval_interval, before, step):
+            if crossed(eval_interval, before, step):
                 evaluate(step)
                 if stop_at_target_return and run_state.steps_to_target is not None:
                     break
             else:
                 progress.maybe_line(step, run_state.last_eval_return)
-            if _crossed(checkpoint_interval, before, step):
+            if crossed(checkpoint_interval, before, step):
                 save_checkpoint(step)
         step = int(env_step.numpy())
         if not interrupted and run_state.last_eval_step != step:
