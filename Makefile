@@ -5,8 +5,10 @@ STAMP := $(VENV)/.installed-lock
 GIN ?= configs/dqn_cartpole.gin
 SWEEP ?= configs/sweeps/dqn_lr.yaml
 ARGS ?=
+COLLECTORS ?= 2
+DIST_GIN ?= configs/sac_pendulum_distributed.gin
 
-.PHONY: install train test test-slow bench sweep tensorboard lint lock clean
+.PHONY: install train train-distributed test test-slow bench sweep tensorboard lint lock clean
 
 install: $(STAMP)
 
@@ -21,6 +23,11 @@ $(STAMP): requirements.lock
 
 train: install
 	$(PY) train.py --gin_file=$(GIN) $(ARGS)
+
+# Replay server, COLLECTORS collectors, learner and evaluator on this machine (logs under
+# <root_dir>/logs/); Ctrl-C stops them all. See the README's Distributed training section.
+train-distributed: install
+	$(PY) -m experiment.distributed.launch --gin_file=$(DIST_GIN) --collectors=$(COLLECTORS) $(ARGS)
 
 # pytest exits 5 when a selection collects no tests; that is not a failure here.
 test: install

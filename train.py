@@ -6,6 +6,12 @@
 
 Rerunning the same command on the same --root_dir resumes from the last
 checkpoint. Errors the user can fix are printed as one line (exit status 2).
+
+Distributed (one process per role, all from the same configs; see the README):
+
+  python train.py --gin_file=configs/sac_pendulum_distributed.gin \
+      --role=replay|collect|learn|eval --replay_address=HOST:PORT \
+      [--collector_id=N] [--bind_all_interfaces] [--root_dir=...]
 """
 
 import argparse
@@ -28,6 +34,17 @@ def parse_args(argv):
     parser.add_argument('--seed', type=int, default=0, help='Seed for everything the run draws.')
     parser.add_argument('--force', action='store_true',
                         help='Resume a run even though its config changed.')
+    parser.add_argument('--role', default=None,
+                        choices=('replay', 'collect', 'learn', 'eval'),
+                        help='Run one role of a distributed run instead of a whole run.')
+    parser.add_argument('--replay_address', default=None,
+                        help='HOST:PORT of the replay server (for --role=replay: where to '
+                             'serve; loopback unless --bind_all_interfaces).')
+    parser.add_argument('--collector_id', type=int, default=0,
+                        help='Index of this collector (--role=collect): seeds and log dir.')
+    parser.add_argument('--bind_all_interfaces', action='store_true',
+                        help='Let the replay server be reachable from the network. Reverb has '
+                             'no authentication: trusted networks only.')
     return parser.parse_args(argv)
 
 
@@ -40,6 +57,7 @@ def load_gin_config(gin_files, gin_bindings):
     """Parses configs strictly and turns Gin's errors into one-line UserErrors."""
     import gin
 
+    import experiment.distributed.config  # noqa: F401  (registers distributed.settings)
     import experiment.registry  # noqa: F401  (registers every configurable)
 
     if not gin_files:
@@ -73,9 +91,15 @@ def main(argv=None):
 
     quiet_startup()
     load_gin_config(args.gin_file, args.gin_bindings)
+    root_dir = args.root_dir or default_root_dir(args.gin_file, args.seed)
+    if args.role is not None:
+        from experiment.distributed.roles import run_role
+
+        return run_role(args.role, root_dir, address=args.replay_address,
+                        collector_id=args.collector_id, seed=args.seed, force=args.force,
+                        bind_all_interfaces=args.bind_all_interfaces)
     from experiment.entry import experiment_function
 
-    root_dir = args.root_dir or default_root_dir(args.gin_file, args.seed)
     return experiment_function()(root_dir, seed=args.seed, force=args.force)
 
 

@@ -1,5 +1,6 @@
 """Exports a policy as a SavedModel that plain TensorFlow can load and run."""
 
+import json
 import os
 import shutil
 
@@ -20,3 +21,18 @@ def export_policy(policy, directory, train_step):
         os.replace(directory, old_dir)
     os.replace(tmp_dir, directory)
     shutil.rmtree(old_dir, ignore_errors=True)
+
+
+SNAPSHOT_FILE = 'snapshot.json'
+
+
+def export_snapshot(policy, root_dir, step, train_step, eval_return):
+    """Saves `policy` to root_dir/policies/step_<step> with the eval return it scored."""
+    directory = os.path.join(root_dir, 'policies', f'step_{int(step)}')
+    export_policy(policy, directory, train_step)
+    info = {'env_step': int(step), 'train_step': int(train_step.numpy()),
+            'eval_return': eval_return}
+    tmp_path = os.path.join(directory, SNAPSHOT_FILE + '.tmp')
+    with open(tmp_path, 'w') as f:
+        json.dump(info, f)
+    os.replace(tmp_path, os.path.join(directory, SNAPSHOT_FILE))

@@ -22,7 +22,7 @@ from experiment.buffer_probe import BufferProbe
 from experiment.checkpointing import Checkpointer
 from experiment.errors import UserError
 from experiment.evaluation import Evaluator
-from experiment.export import export_policy
+from experiment.export import export_policy, export_snapshot
 from experiment.gin_utils import unused_bindings
 from experiment.loop import FusedLoop
 from experiment.progress import Progress
@@ -109,6 +109,7 @@ def run(root_dir, seed=0, force=False, *,
         use_xla=True,
         tf_threads=1,
         export_final_policy=True,
+        policy_snapshot_interval=0,
         verbose=True):
     """Trains one agent; resumes if root_dir already holds this run.
 
@@ -138,6 +139,9 @@ def run(root_dir, seed=0, force=False, *,
       use_xla: jit-compile the train chunk when the backend supports it.
       tf_threads: TF intra/inter-op threads (1 is fastest for small networks).
       export_final_policy: write the greedy policy as a SavedModel at the end.
+      policy_snapshot_interval: env steps between snapshots of the greedy policy
+        (with their eval return) under root_dir/policies/; 0 = none. They are
+        the behaviour policies of 'medium' datasets (make_dataset.py).
       verbose: print progress lines.
 
     Returns:
@@ -217,6 +221,11 @@ def run(root_dir, seed=0, force=False, *,
         run_state.add_wall_time(progress.lap())
         checkpointer.save(step)
 
+    def snapshot(step):
+        if run_state.last_eval_step != step:
+            evaluate(step)
+        export_snapshot(agent.policy, root_dir, step, train_step, run_state.last_eval_return)
+
     start_step = int(env_step.numpy())
     if start_step == 0:
         writer.operative_config(gin.config_str(), 0)
@@ -241,6 +250,8 @@ def run(root_dir, seed=0, force=False, *,
                     break
             else:
                 progress.maybe_line(step, run_state.last_eval_return)
+            if crossed(policy_snapshot_interval, before, step):
+                snapshot(step)
             if crossed(checkpoint_interval, before, step):
                 save_checkpoint(step)
         step = int(env_step.numpy())

@@ -1,0 +1,220 @@
+"""The collect role: batched envs stepped with the latest pulled weights, windows written to replay.
+
+Writing goes through `ReverbUniformReplay` pointed at the server
+(`server_address=`), the same writer a single-process Reverb run uses, inside
+one `tf.function` per chunk of env steps. The policy is uniform random until
+the table holds `run.initial_collect_steps` transitions (all collectors
+together) or while no weights have been pushed; afterwards the collect
+policy with weights pulled every `weight_pull_interval` env steps.
+
+A collector never crashes because the server is away or the rate limiter
+holds its inserts: the failed chunk is dropped (experience is cheap), the
+writer is rebuilt with backoff, and the watchdog logs who it waits on. It
+ends when the table has received `run.num_env_steps` transitions, or on
+SIGINT/SIGTERM.
+"""
+
+import time
+
+import tensorflow as tf
+from tf_agents.metrics import tf_metrics
+from tf_agents.policies import random_tf_policy
+from tf_agents.trajectories import trajectory as trajectory_lib
+
+from buffers.reverb_replay import ReverbUniformReplay
+from envs.suite import make_env
+from experiment import tags
+from experiment.distributed import common, config, tables
+from experiment.distributed.waiting import TRANSIENT, Role, Stopped, Watchdog, one_line, retry
+
+
+class _Collector:
+    """One collector's state: env, agent, writer, counters."""
+
+    def __init__(self, role, settings, params, *, address, collector_id, seed):
+        self.role, self.settings, self.params = role, settings, params
+        self.address = address
+        env = make_env(seed=seed + 1_000 * (collector_id + 1))
+        self.agent, self.train_step, self.tf_env = common.build_agent(params, seed=seed, env=env)
+        self.num_envs = self.tf_env.batch_size
+        self.steps_per_call = max(1, params['collect_steps_per_iteration'] // self.num_envs)
+        self.metrics = {
+            tags.TRAIN_AVERAGE_RETURN: tf_metrics.AverageReturnMetric(batch_size=self.num_envs),
+            tags.TRAIN_AVERAGE_EPISODE_LENGTH:
+                tf_metrics.AverageEpisodeLengthMetric(batch_size=self.num_envs),
+            'collector/episodes': tf_metrics.NumberOfEpisodes(),
+        }
+        self.random_policy = random_tf_policy.RandomTFPolicy(
+            self.tf_env.time_step_spec(), self.tf_env.action_spec(),
+            info_spec=self.agent.collect_policy.info_spec)
+        self.store = tables.WeightStore(address, timeout_s=settings.timeout_s)
+        self.writer = None
+        self.env_steps = 0
+        self.policy_step = None  # the learner step of the weights in use; None: none pulled
+        self.global_inserted = 0
+        self.staleness = []
+
+    def whom(self):
+        return f"the replay server at {self.address} or the learner (rate limiter)"
+
+    def probe(self):
+        return common.limiter_state(common.replay_counters(self.store.server_info()))
+
+    def finished(self):
+        """Why collecting is over (the table has the run's transitions), or None."""
+        inserted = common.replay_counters(self.store.server_info())['inserted']
+        budget = self.params['num_env_steps']
+        if inserted >= budget:
+            return f"the table has {inserted:,} transitions, the run's {budget:,}"
+        return None
+
+    def connect(self):
+        """Opens the writer (with retries) and traces the two collect functions for it."""
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except Exception:  # noqa: BLE001  (a dead server's writer may fail to close)
+                pass
+        p = self.params
+        self.writer = retry(
+            self.role,
+            lambda: ReverbUniformReplay(
+                self.agent.collect_data_spec, capacity=p['replay_capacity'],
+                num_envs=self.num_envs, batch_size=p['batch_size'],
+                num_steps=common.num_steps_of(self.agent), server_address=self.address,
+                table_name=config.REPLAY_TABLE, flush_every=self.settings.flush_every,
+                rate_limiter_timeout_ms=int(self.settings.timeout_s * 1000)),
+            what='opening the replay writer', whom=f'the replay server at {self.address}',
+            timeout_s=self.settings.timeout_s)
+        self.fresh_writer = True
+        observers = [self.writer.add, *self.metrics.values()]
+        spec = [tf.TensorSpec([], tf.int32)]
+        self.collect_random = tf.function(
+            lambda steps: self._run(self.random_policy, observers, steps), input_signature=spec)
+        self.collect_policy = tf.function(
+            lambda steps: self._run(self.agent.collect_policy, observers, steps),
+            input_signature=spec)
+        # Traced now, not inside the first (watched) write: tracing is no waiting on peers.
+        self.collect_random.get_concrete_function()
+        self.collect_policy.get_concrete_function()
+
+    def _run(self, policy, observers, steps):
+        time_step = self.tf_env.current_time_step()
+        for _ in tf.range(steps):
+            action_step = policy.action(time_step)
+            next_time_step = self.tf_env.step(action_step.action)
+            transition = trajectory_lib.from_transition(time_step, action_step, next_time_step)
+            for observer in observers:
+                observer(transition)
+            time_step = next_time_step
+        return steps
+
+    def pull(self):
+        """Refreshes weights and the table's insert count; returns the insert count."""
+        def call():
+            counters = common.replay_counters(self.store.server_info())
+            return counters, self.store.pull()
+
+        counters, pulled = retry(self.role, call, what='pulling weights',
+                                 whom=f'the replay server at {self.address}',
+                                 timeout_s=self.settings.timeout_s)
+        self.global_inserted = counters['inserted']
+        if pulled is not None:
+            values, step = pulled
+            tables.assign(self.agent.collect_policy.variables(), values)
+            self.train_step.assign(step)  # schedules tied to the train step (epsilon) follow
+            if self.policy_step is not None:
+                self.staleness.append(step - self.policy_step)
+            self.policy_step = step
+        return self.global_inserted
+
+    def collect_chunk(self):
+        use_random = (self.policy_step is None
+                      or self.global_inserted < self.params['initial_collect_steps'])
+        function = self.collect_random if use_random else self.collect_policy
+        steps = tf.constant(self.steps_per_call, tf.int32)
+        function(steps)
+        self.env_steps += self.steps_per_call * self.num_envs
+
+
+def main(root_dir, *, address, collector_id=0, seed=0, force=False, verbose=True):
+    """Collects until the table has `run.num_env_steps` transitions; returns counters."""
+    params, settings = config.run_params(), config.settings()
+    config.validate(settings, params)
+    name = f'collector_{collector_id}'
+    role = Role(name, give_up_after_s=settings.give_up_after_s)
+    directory = common.role_dir(root_dir, 'collect', collector_id)
+    common.prepare_dir(directory, force=force)
+    common.configure_tf(seed + collector_id, params['tf_threads'])
+    collector = _Collector(role, settings, params, address=address, collector_id=collector_id,
+                           seed=seed)
+    summaries = common.RateSummaries(directory)
+    watchdog = Watchdog(role, exit_when_stopped_after_s=2 * settings.timeout_s)
+    role.install_signal_handlers()
+    start = time.monotonic()
+    try:
+        collector.connect()
+        _loop(collector, role, settings, params, summaries, watchdog)
+    except Stopped:
+        pass
+    finally:
+        watchdog.close()
+        role.restore_signal_handlers()
+        summaries.close()
+        if collector.writer is not None:
+            try:
+                collector.writer.close()
+            except Exception:  # noqa: BLE001
+                pass
+    result = {'env_steps': collector.env_steps, 'policy_train_step': collector.policy_step,
+              'env_steps_per_sec': collector.env_steps / max(time.monotonic() - start, 1e-9)}
+    if verbose:
+        role.log(f"stopped after {collector.env_steps:,} env steps")
+    return result
+
+
+def _loop(collector, role, settings, params, summaries, watchdog):
+    next_pull = 0
+    next_summary = time.monotonic() + settings.summary_interval_s
+    while not role.stop.is_set():
+        if collector.env_steps >= next_pull:
+            with watchdog.waiting('pulling weights', f'the replay server at {collector.address}'):
+                inserted = collector.pull()
+            if inserted >= params['num_env_steps']:
+                role.log(f"the table has {collector.global_inserted:,} transitions, the run's "
+                         f"{params['num_env_steps']:,}: collection done")
+                return
+            next_pull = collector.env_steps + settings.weight_pull_interval
+        try:
+            with watchdog.waiting('writing a chunk of env steps to replay', collector.whom(),
+                                  collector.probe, collector.finished):
+                collector.collect_chunk()
+        except TRANSIENT as error:
+            role.log(f"writing to replay failed ({one_line(error)}); dropping this chunk and "
+                     "reconnecting")
+            collector.connect()
+            continue
+        if collector.fresh_writer:
+            collector.fresh_writer = False
+            role.log(f"writing to the replay server at {collector.address} "
+                     f"({collector.num_envs} envs, {collector.env_steps:,} env steps so far)")
+        if time.monotonic() >= next_summary:
+            _summarize(collector, summaries)
+            next_summary = time.monotonic() + settings.summary_interval_s
+
+
+def _summarize(collector, summaries):
+    scalars = {tag: metric.result() for tag, metric in collector.metrics.items()
+               if tag != 'collector/episodes'}
+    if collector.staleness:
+        scalars['collector/weight_staleness'] = sum(collector.staleness) / len(
+            collector.staleness)
+        collector.staleness = []
+    if collector.policy_step is not None:
+        scalars['collector/policy_train_step'] = collector.policy_step
+    values = summaries.write(collector.global_inserted, scalars, {
+        'collector/env_steps': collector.env_steps,
+        'collector/episodes': int(collector.metrics['collector/episodes'].result())})
+    if 'collector/env_steps_per_sec' in values:
+        summaries.write(collector.global_inserted,
+                        {tags.ENV_STEPS_PER_SEC: values['collector/env_steps_per_sec']})

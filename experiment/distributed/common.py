@@ -1,0 +1,118 @@
+"""What every role builds the same way: TF settings, the agent, table counters, summaries.
+
+Each role builds its own copy of the agent from the one Gin config (the
+replay server needs only its specs; collectors and the evaluator its policy;
+the learner all of it), so the weights' layout agrees everywhere by
+construction.
+"""
+
+import os
+import time
+
+import gin
+import tensorflow as tf
+from tf_agents.environments import tf_py_environment
+
+from envs.suite import make_env
+from experiment import rundir
+from experiment.distributed.config import REPLAY_TABLE
+from experiment.summaries import SummaryWriter
+
+ROLE_DIRS = {'replay': 'replay', 'learn': 'learner', 'eval': 'eval'}
+
+
+def role_dir(root_dir, role, collector_id=0):
+    name = f'collector_{collector_id}' if role == 'collect' else ROLE_DIRS[role]
+    return os.path.join(root_dir, name)
+
+
+def prepare_dir(directory, *, force):
+    """Creates a role's directory; refuses to resume it under a changed config."""
+    return rundir.prepare(directory, gin.config_str(), force=force)
+
+
+def configure_tf(seed, threads):
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+    except RuntimeError:
+        pass  # already initialised (tests run roles in-process)
+    tf.random.set_seed(seed)
+
+
+def build_agent(params, *, seed, env=None):
+    """(agent, train_step, tf_env) for this config; `env` is made with `seed` if not given."""
+    env = env if env is not None else make_env(seed=seed)
+    tf_env = tf_py_environment.TFPyEnvironment(env)
+    train_step = tf.Variable(0, dtype=tf.int64, name='train_step')
+    agent = params['make_agent'](tf_env.time_step_spec(), tf_env.action_spec(), train_step)
+    return agent, train_step, tf_env
+
+
+def num_steps_of(agent):
+    return agent.train_sequence_length or 2
+
+
+def replay_counters(info):
+    """Counters of the replay table from a `server_info()` answer."""
+    table = info[REPLAY_TABLE]
+    limiter = table.rate_limiter_info
+    return {
+        'size': int(table.current_size),
+        'inserted': int(limiter.insert_stats.completed),
+        'sampled': int(limiter.sample_stats.completed),
+        # Time the table worker held sample requests for want of inserts, and
+        # insert requests for want of samples: the rate limiter's blocked time.
+        'sample_blocked_ms': int(table.table_worker_time.waiting_for_inserts_ms),
+        'insert_blocked_ms': int(table.table_worker_time.waiting_for_sampling_ms),
+        'samples_per_insert': float(limiter.samples_per_insert),
+        'max_diff': float(limiter.max_diff),
+        'min_diff': float(limiter.min_diff),
+        'min_size_to_sample': int(limiter.min_size_to_sample),
+    }
+
+
+def limiter_state(counters):
+    """One phrase saying which side the rate limiter holds back now, and why."""
+    diff = counters['inserted'] * counters['samples_per_insert'] - counters['sampled']
+    where = (f"table {counters['size']:,} windows, {counters['inserted']:,} inserted, "
+             f"{counters['sampled']:,} sampled")
+    if counters['size'] < counters['min_size_to_sample']:
+        return f"sampling waits for min_size_to_sample={counters['min_size_to_sample']:,}; {where}"
+    if diff + counters['samples_per_insert'] > counters['max_diff']:
+        return f"rate limiter blocks inserts until the learner samples; {where}"
+    if diff - 1 < counters['min_diff']:
+        return f"rate limiter blocks sampling until collectors insert; {where}"
+    return f"rate limiter blocks neither side; {where}"
+
+
+class RateSummaries:
+    """TensorBoard scalars and per-second rates of growing counters, flushed at once.
+
+    Distributed roles have no training checkpoint to align summaries with, so
+    each write goes straight to disk.
+    """
+
+    def __init__(self, directory):
+        self._writer = SummaryWriter(directory)
+        self._last = {}
+        self._last_time = None
+
+    def write(self, step, scalars, counters=None):
+        """Writes `scalars`, and `<tag>_per_sec` for each counter since the previous call."""
+        now = time.monotonic()
+        values = dict(scalars)
+        counters = counters or {}
+        if self._last_time is not None and now > self._last_time:
+            for tag, value in counters.items():
+                if tag in self._last:
+                    values[f'{tag}_per_sec'] = (value - self._last[tag]) / (now - self._last_time)
+        if counters:
+            self._last, self._last_time = dict(counters), now
+        values.update(counters)
+        self._writer.scalars(values, step)
+        self._writer.flush()
+        return values
+
+    def close(self):
+        self._writer.close()

@@ -1,0 +1,196 @@
+"""Settings of a distributed run, read from the same Gin config as a single-process run.
+
+The experiment's own numbers (agent, batch size, replay capacity, step
+budget, eval interval, replay ratio) stay bound to `run`, so a distributed
+config is the single-process config plus a few `distributed.settings`
+lines; roles read `run`'s bindings with `run_params` instead of copying them.
+
+The rate limiter is validated here, before any process starts, because
+Reverb accepts settings that deadlock: a table that never reaches its
+minimum size blocks the learner forever, and an error buffer narrower than
+one insert's worth of samples blocks collectors and learner at once.
+"""
+
+import dataclasses
+import inspect
+import math
+
+import gin
+
+from experiment.errors import UserError
+
+REPLAY_TABLE = 'distributed_replay'
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """What `distributed.settings` binds; see `settings` for the meaning of each field."""
+
+    samples_per_insert: float
+    error_buffer: float
+    min_size_to_sample: int
+    weight_pull_interval: int
+    learner_steps_per_call: int
+    weight_push_interval: int
+    learner_checkpoint_interval: int
+    server_checkpoint_interval_s: float
+    summary_interval_s: float
+    timeout_s: float
+    give_up_after_s: float
+    flush_every: int
+
+
+@gin.configurable(module='distributed')
+def settings(samples_per_insert=None,
+             error_buffer=None,
+             min_size_to_sample=None,
+             weight_pull_interval=256,
+             learner_steps_per_call=None,
+             weight_push_interval=None,
+             learner_checkpoint_interval=5_000,
+             server_checkpoint_interval_s=60.0,
+             summary_interval_s=10.0,
+             timeout_s=10.0,
+             give_up_after_s=600.0,
+             flush_every=32):
+    """The distributed run's own settings; None means derived from `run`'s bindings.
+
+    Args:
+      samples_per_insert: sampled windows per inserted window, the replay
+        ratio the rate limiter enforces. None: `batch_size *
+        train_steps_per_iteration / collect_steps_per_iteration`, the same
+        ratio as the single-process run.
+      error_buffer: how far (in samples) the learner may run ahead of or fall
+        behind that ratio before the limiter blocks it or the collectors.
+        None: two learner calls' worth of samples (and at least one insert's).
+      min_size_to_sample: windows in the table before the learner may
+        sample. None: `run.initial_collect_steps`.
+      weight_pull_interval: env steps (per collector) between weight pulls.
+      learner_steps_per_call: gradient steps per compiled learner call.
+        None: `run.train_steps_per_iteration`.
+      weight_push_interval: gradient steps between weight pushes. None:
+        every learner call.
+      learner_checkpoint_interval: gradient steps between learner checkpoints.
+      server_checkpoint_interval_s: seconds between replay-server checkpoints.
+      summary_interval_s: seconds between each role's TensorBoard summaries.
+      timeout_s: the bound on every single call to another process.
+      give_up_after_s: a role blocked or retrying this long exits with an
+        error instead of waiting on.
+      flush_every: collector writes between flushes to the server.
+
+    Returns:
+      A `Settings`.
+    """
+    params = run_params()
+    batch_size = params['batch_size']
+    ratio = params['train_steps_per_iteration'] / params['collect_steps_per_iteration']
+    if samples_per_insert is None:
+        samples_per_insert = batch_size * ratio
+    steps_per_call = learner_steps_per_call or params['train_steps_per_iteration']
+    if error_buffer is None:
+        error_buffer = max(2.0 * steps_per_call * batch_size, 2.0 * samples_per_insert)
+    return Settings(
+        samples_per_insert=float(samples_per_insert),
+        error_buffer=float(error_buffer),
+        min_size_to_sample=int(min_size_to_sample if min_size_to_sample is not None
+                               else params['initial_collect_steps']),
+        weight_pull_interval=int(weight_pull_interval),
+        learner_steps_per_call=int(steps_per_call),
+        weight_push_interval=int(weight_push_interval or steps_per_call),
+        learner_checkpoint_interval=int(learner_checkpoint_interval),
+        server_checkpoint_interval_s=float(server_checkpoint_interval_s),
+        summary_interval_s=float(summary_interval_s),
+        timeout_s=float(timeout_s),
+        give_up_after_s=float(give_up_after_s),
+        flush_every=int(flush_every))
+
+
+def run_params():
+    """`run`'s parameters as the Gin config binds them, defaults filled in.
+
+    Roles never call `run`, but the experiment's numbers are bound to it;
+    reading them here keeps one source of truth for both modes.
+    """
+    from experiment.run import run
+
+    params = {name: parameter.default
+              for name, parameter in inspect.signature(run).parameters.items()
+              if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
+    params.update(gin.get_bindings(run))
+    if params['make_agent'] is gin.REQUIRED:
+        raise UserError("The config binds no run.make_agent: include an experiment config "
+                        "such as configs/sac_pendulum.gin.")
+    return params
+
+
+def max_train_steps(params):
+    """The learner's gradient-step budget: the single-process run's, at its replay ratio."""
+    ratio = params['train_steps_per_iteration'] / params['collect_steps_per_iteration']
+    collected = max(params['num_env_steps'] - params['initial_collect_steps'], 0)
+    return int(math.ceil(collected * ratio))
+
+
+def validate(config, params):
+    """Refuses settings that would deadlock or wait forever, before anything starts.
+
+    Args:
+      config: the `Settings`.
+      params: `run_params()`.
+
+    Raises:
+      UserError: naming the setting, why it cannot work, and what to set.
+    """
+    spi, buffer, min_size = config.samples_per_insert, config.error_buffer, \
+        config.min_size_to_sample
+    capacity = params['replay_capacity']
+    if not spi > 0:
+        raise UserError(f"distributed.settings.samples_per_insert must be > 0, got {spi}.")
+    if min_size < 1:
+        raise UserError(
+            f"distributed.settings.min_size_to_sample must be >= 1, got {min_size}: Reverb "
+            "samples from an empty table only by blocking.")
+    if buffer < max(1.0, spi):
+        raise UserError(
+            f"distributed.settings.error_buffer={buffer:g} is below samples_per_insert={spi:g}: "
+            "Reverb would block collectors and learner at the same time (a deadlock); set it "
+            f"to at least {max(1.0, spi):g} (a few learner calls' samples is better).")
+    if min_size > capacity:
+        raise UserError(
+            f"distributed.settings.min_size_to_sample={min_size} exceeds run.replay_capacity="
+            f"{capacity}: the table could never hold enough windows to start sampling, and the "
+            "learner would wait forever. Lower it or raise the capacity.")
+    if min_size >= params['num_env_steps']:
+        raise UserError(
+            f"distributed.settings.min_size_to_sample={min_size} is not below "
+            f"run.num_env_steps={params['num_env_steps']}: the learner would never start.")
+    if min_size < params['batch_size']:
+        raise UserError(
+            f"distributed.settings.min_size_to_sample={min_size} is below run.batch_size="
+            f"{params['batch_size']}: the first batches would repeat a handful of windows.")
+    positive = {'weight_pull_interval': config.weight_pull_interval,
+                'learner_steps_per_call': config.learner_steps_per_call,
+                'weight_push_interval': config.weight_push_interval,
+                'learner_checkpoint_interval': config.learner_checkpoint_interval,
+                'server_checkpoint_interval_s': config.server_checkpoint_interval_s,
+                'summary_interval_s': config.summary_interval_s,
+                'timeout_s': config.timeout_s, 'give_up_after_s': config.give_up_after_s,
+                'flush_every': config.flush_every}
+    for name, value in positive.items():
+        if not value > 0 or math.isinf(value):
+            raise UserError(
+                f"distributed.settings.{name} must be positive and finite, got {value}: "
+                "every wait in a distributed run is bounded.")
+    if config.give_up_after_s < 3 * config.timeout_s:
+        raise UserError(
+            f"distributed.settings.give_up_after_s={config.give_up_after_s:g} leaves fewer than "
+            f"three tries of timeout_s={config.timeout_s:g}: raise it.")
+
+
+def rate_limiter(config):
+    """The replay table's `SampleToInsertRatio` limiter (call after `validate`)."""
+    import reverb
+
+    return reverb.rate_limiters.SampleToInsertRatio(
+        samples_per_insert=config.samples_per_insert,
+        min_size_to_sample=config.min_size_to_sample,
+        error_buffer=config.error_buffer)

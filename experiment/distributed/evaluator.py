@@ -1,0 +1,137 @@
+"""The eval role: the latest weights, played greedily every `run.eval_interval` env steps.
+
+The x axis of every distributed summary is the replay table's insert count:
+transitions written by all collectors (one window per env step). The
+evaluator polls it, and each time it crosses a multiple of
+`run.eval_interval` pulls the newest weights and plays `run.num_eval_episodes`
+episodes with the greedy policy, exactly as the single-process run does, so
+"env steps to reach the target return" means the same in both modes.
+
+It ends after a final evaluation once the collectors are done and the
+learner has stopped changing the weights (it reached its budget, or pushed
+nothing new for three timeouts), or, with `run.stop_at_target_return`, at
+the first evaluation at or above `run.target_return`.
+"""
+
+import time
+
+import gin
+
+from envs.suite import make_env
+from experiment import rundir, tags
+from experiment.distributed import common, config, tables
+from experiment.distributed.waiting import Role, Stopped, Watchdog, retry
+from experiment.evaluation import Evaluator
+from experiment.run_state import RunState
+
+_POLL_S = 1.0
+
+
+class _Eval:
+    """The greedy policy, its eval env and the weights' train step."""
+
+    def __init__(self, role, settings, params, *, address, seed):
+        self.role, self.settings, self.params = role, settings, params
+        self.agent, self.train_step, _ = common.build_agent(params, seed=seed)
+        with gin.config_scope('eval'):
+            self.env = make_env(num_envs=params['num_eval_episodes'], seed=seed + 10_000)
+        self.evaluator = Evaluator(self.env, self.agent.policy)
+        self.store = tables.WeightStore(address, timeout_s=settings.timeout_s)
+        self.whom = f'the replay server at {address}'
+        self.policy_step = None
+
+    def inserted(self):
+        return retry(self.role,
+                     lambda: common.replay_counters(self.store.server_info())['inserted'],
+                     what='reading the replay table', whom=self.whom,
+                     timeout_s=self.settings.timeout_s)
+
+    def pull(self):
+        """Loads the newest weights; returns their train step (None: nothing pushed yet)."""
+        pulled = retry(self.role, self.store.pull, what='pulling weights', whom=self.whom,
+                       timeout_s=self.settings.timeout_s)
+        if pulled is not None:
+            values, self.policy_step = pulled
+            tables.assign(self.agent.policy.variables(), values)
+            self.train_step.assign(self.policy_step)
+        return self.policy_step
+
+
+def main(root_dir, *, address, seed=0, force=False, verbose=True):
+    """Evaluates until the run is over (see the module doc); returns the final metrics."""
+    params, settings = config.run_params(), config.settings()
+    config.validate(settings, params)
+    role = Role('eval', give_up_after_s=settings.give_up_after_s)
+    directory = common.role_dir(root_dir, 'eval')
+    common.prepare_dir(directory, force=force)
+    common.configure_tf(seed, params['tf_threads'])
+    evaluation = _Eval(role, settings, params, address=address, seed=seed)
+    run_state = RunState()
+    summaries = common.RateSummaries(directory)
+    watchdog = Watchdog(role)
+    role.install_signal_handlers()
+    start = time.monotonic()
+    try:
+        _loop(evaluation, role, settings, params, run_state, summaries, watchdog,
+              directory=directory, start=start, verbose=verbose)
+    except Stopped:
+        pass
+    finally:
+        watchdog.close()
+        role.restore_signal_handlers()
+        summaries.close()
+        evaluation.env.close()
+    metrics = _metrics(run_state, evaluation, start)
+    rundir.write_metrics(directory, metrics)
+    return metrics
+
+
+def _metrics(run_state, evaluation, start):
+    return {'final_eval_return': run_state.last_eval_return,
+            'best_eval_return': run_state.best_eval_return,
+            'steps_to_target': run_state.steps_to_target,
+            'last_eval_env_step': run_state.last_eval_step,
+            'policy_train_step': evaluation.policy_step,
+            'wall_time_s': time.monotonic() - start}
+
+
+def _loop(evaluation, role, settings, params, run_state, summaries, watchdog, *, directory,
+          start, verbose):
+    interval, budget = params['eval_interval'], params['num_env_steps']
+    target, max_steps = params['target_return'], config.max_train_steps(params)
+    next_eval, last_change = interval, (None, time.monotonic())
+    while True:
+        with watchdog.waiting('reading the replay table', evaluation.whom):
+            inserted = evaluation.inserted()
+        finished = inserted >= budget
+        if inserted >= next_eval or finished:
+            with watchdog.waiting('pulling weights', evaluation.whom):
+                step = evaluation.pull()
+            if step != last_change[0]:
+                last_change = (step, time.monotonic())
+            learner_done = step is not None and (
+                step >= max_steps or time.monotonic() - last_change[1] > 3 * settings.timeout_s)
+            if step is not None and (inserted >= next_eval or (finished and learner_done)):
+                average_return = _evaluate(evaluation, run_state, summaries, inserted, target)
+                if verbose:
+                    role.log(f"env step {inserted:>10,}/{budget:,} | train step {step:,} | "
+                             f"eval return {average_return:8.1f} | "
+                             f"{time.monotonic() - start:6.0f} s")
+                rundir.write_metrics(directory, _metrics(run_state, evaluation, start))
+                next_eval = (inserted // interval + 1) * interval
+                if params['stop_at_target_return'] and run_state.steps_to_target is not None:
+                    role.log(f"reached the target return {target:g}: stopping")
+                    return
+                if finished and learner_done:
+                    return
+        role.sleep(_POLL_S)
+
+
+def _evaluate(evaluation, run_state, summaries, env_step, target):
+    average_return, average_length = evaluation.evaluator()
+    run_state.record_eval(env_step, average_return, target)
+    summaries.write(env_step, {tags.EVAL_AVERAGE_RETURN: average_return,
+                               tags.EVAL_AVERAGE_EPISODE_LENGTH: average_length,
+                               'eval/train_step': evaluation.policy_step})
+    return average_return
+

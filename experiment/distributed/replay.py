@@ -1,0 +1,127 @@
+"""The replay role: one Reverb server with the replay and variables tables, checkpointed.
+
+The server loads the newest complete checkpoint in `<root>/replay/reverb`
+when it starts, so a killed server restarted with the same command comes
+back with every window and the weights it had at its last checkpoint
+(taken every `server_checkpoint_interval_s` and on SIGINT/SIGTERM).
+Collectors and the learner reconnect by themselves. Items inserted after
+the last checkpoint are lost with the process: experience is cheap to
+collect again, and the learner's own checkpoint never depends on them.
+
+Its rate limiter's counts are restored with the table, so the
+samples-per-insert ratio continues where it was; with a finite error buffer
+validated before start, the restored state is one the limiter could have
+been in anyway, so it cannot block both sides.
+"""
+
+import os
+import shutil
+import time
+
+import reverb
+
+from buffers.base import validate_capacity
+from experiment.distributed import common, config, net, tables
+from experiment.distributed.waiting import Role, one_line
+
+_KEEP_CHECKPOINTS = 2
+
+
+def _complete_checkpoints(directory):
+    """Reverb checkpoint folders with their DONE marker, oldest first (names are timestamps)."""
+    if not os.path.isdir(directory):
+        return []
+    return sorted(os.path.join(directory, name) for name in os.listdir(directory)
+                  if os.path.isfile(os.path.join(directory, name, 'DONE')))
+
+
+def _prune(directory):
+    for old in _complete_checkpoints(directory)[:-_KEEP_CHECKPOINTS]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def main(root_dir, *, address, bind_all_interfaces=False, seed=0, force=False, verbose=True):
+    """Serves the tables until SIGINT/SIGTERM; returns the final table counters."""
+    params, settings = config.run_params(), config.settings()
+    config.validate(settings, params)
+    host, port = net.parse_address(address)
+    net.check_replay_exposure(host, bind_all_interfaces=bind_all_interfaces)
+    role = Role('replay', give_up_after_s=settings.give_up_after_s)
+    directory = common.role_dir(root_dir, 'replay')
+    common.prepare_dir(directory, force=force)
+    common.configure_tf(seed, params['tf_threads'])
+    agent, _, tf_env = common.build_agent(params, seed=seed)
+    num_envs = tf_env.batch_size
+    num_steps = common.num_steps_of(agent)
+    validate_capacity(params['replay_capacity'], batch_size=params['batch_size'],
+                      num_envs=num_envs, num_steps=num_steps)
+    replay_table = tables.replay_table(
+        config.REPLAY_TABLE, agent.collect_data_spec, num_steps=num_steps,
+        capacity=params['replay_capacity'], rate_limiter=config.rate_limiter(settings))
+    variables_table = tables.variables_table(agent.collect_policy.variables())
+    checkpoint_dir = os.path.join(directory, 'reverb')
+    os.makedirs(checkpoint_dir, exist_ok=True)
+    restoring = _complete_checkpoints(checkpoint_dir)
+    server = reverb.Server([replay_table, variables_table], port=port,
+                           checkpointer=reverb.checkpointers.DefaultCheckpointer(checkpoint_dir))
+    client = reverb.Client(f'localhost:{port}')
+    counters = common.replay_counters(client.server_info(int(settings.timeout_s)))
+    if restoring:
+        role.log(f"restored {restoring[-1]}: {counters['size']:,} windows, "
+                 f"{counters['inserted']:,} inserted, {counters['sampled']:,} sampled")
+    where = 'every interface' if bind_all_interfaces else 'loopback only (private namespace)'
+    role.log(f"serving on port {port} ({where}); samples_per_insert="
+             f"{settings.samples_per_insert:g}, error_buffer={settings.error_buffer:g}, "
+             f"min_size_to_sample={settings.min_size_to_sample:,}")
+    summaries = common.RateSummaries(os.path.join(directory))
+    role.install_signal_handlers()
+    try:
+        counters = _serve(role, client, settings, summaries, checkpoint_dir, verbose=verbose)
+    finally:
+        summaries.close()
+        server.stop()
+        role.restore_signal_handlers()
+    role.log("stopped")
+    return counters
+
+
+def _serve(role, client, settings, summaries, checkpoint_dir, *, verbose):
+    now = time.monotonic()
+    next_checkpoint = now + settings.server_checkpoint_interval_s
+    next_summary = now
+    while True:
+        stopping = role.stop.wait(0.5)
+        now = time.monotonic()
+        if stopping or now >= next_checkpoint:
+            try:
+                path = client.checkpoint()
+                _prune(checkpoint_dir)
+            except RuntimeError as error:  # a full disk must not take the server down
+                role.log(f"checkpoint failed ({one_line(error)}); the previous one is kept")
+            else:
+                if stopping and verbose:
+                    role.log(f"final checkpoint {path}")
+            next_checkpoint = now + settings.server_checkpoint_interval_s
+        if stopping or now >= next_summary:
+            counters = common.replay_counters(client.server_info(int(settings.timeout_s)))
+            _write_summaries(summaries, counters)
+            next_summary = now + settings.summary_interval_s
+        if stopping:
+            return counters
+
+
+def _write_summaries(summaries, counters):
+    values = summaries.write(counters['inserted'], {'replay/size': counters['size']}, {
+        'replay/inserted': counters['inserted'], 'replay/sampled': counters['sampled'],
+        'replay/insert_blocked_ms': counters['insert_blocked_ms'],
+        'replay/sample_blocked_ms': counters['sample_blocked_ms']})
+    if 'replay/inserted_per_sec' in values:
+        # Fractions of wall time the rate limiter held inserts (or samples) back.
+        extra = {'replay/insert_blocked_fraction':
+                 values['replay/insert_blocked_ms_per_sec'] / 1000.0,
+                 'replay/sample_blocked_fraction':
+                 values['replay/sample_blocked_ms_per_sec'] / 1000.0}
+        inserted = values['replay/inserted_per_sec']
+        if inserted > 0:
+            extra['replay/samples_per_insert'] = values['replay/sampled_per_sec'] / inserted
+        summaries.write(counters['inserted'], extra)

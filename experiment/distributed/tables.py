@@ -1,0 +1,103 @@
+"""The replay server's two tables and the weight hand-off through the second.
+
+Replay table: the windows `ReverbUniformReplay` writes (same signature, so
+collectors reuse that backend's writer against this server), uniform
+sampling, Fifo eviction, and a `SampleToInsertRatio` rate limiter.
+
+Variables table: one item (max_size 1, Fifo) holding the latest policy
+weights and the learner's train step, in the layout of TF-Agents'
+`ReverbVariableContainer` (table `variables`, keys `policy_variables` and
+`train_step`, flat columns), so its tools can read it. We do not use that
+class itself because none of its waits is bounded: its constructor calls
+`server_info()` without a timeout and `pull` blocks forever on an empty
+table or an absent server. `WeightStore` pushes with a flush timeout and
+pulls only after a timed `server_info` shows an item.
+"""
+
+import numpy as np
+import reverb
+import tensorflow as tf
+import tree
+
+VARIABLES_TABLE = 'variables'
+POLICY_KEY = 'policy_variables'
+TRAIN_STEP_KEY = 'train_step'
+
+
+def window_signature(data_spec, num_steps):
+    """(window nest [T, ...], first-step id): what `ReverbUniformReplay` writes per item."""
+    return (tf.nest.map_structure(
+        lambda spec: tf.TensorSpec([num_steps, *spec.shape], spec.dtype), data_spec),
+        tf.TensorSpec([], tf.int64))
+
+
+def replay_table(name, data_spec, *, num_steps, capacity, rate_limiter):
+    return reverb.Table(
+        name=name,
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=capacity,
+        rate_limiter=rate_limiter,
+        signature=window_signature(data_spec, num_steps))
+
+
+def variables_signature(policy_variables):
+    return {POLICY_KEY: [tf.TensorSpec(v.shape, v.dtype) for v in policy_variables],
+            TRAIN_STEP_KEY: tf.TensorSpec([], tf.int64)}
+
+
+def variables_table(policy_variables):
+    """One item, replaced on every push; `MinSize(1)` so a pull never waits on inserts."""
+    return reverb.Table(
+        name=VARIABLES_TABLE,
+        sampler=reverb.selectors.Uniform(),
+        remover=reverb.selectors.Fifo(),
+        max_size=1,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        signature=variables_signature(policy_variables))
+
+
+class WeightStore:
+    """Pushes and pulls policy weights through the variables table, every wait bounded."""
+
+    def __init__(self, address, *, timeout_s):
+        self._address = address
+        self._timeout_s = timeout_s
+        self._client = reverb.Client(address)
+
+    def table_sizes(self):
+        """{table: current size} from one timed `server_info` call."""
+        info = self._client.server_info(max(1, int(self._timeout_s)))
+        return {name: int(table.current_size) for name, table in info.items()}
+
+    def server_info(self):
+        return self._client.server_info(max(1, int(self._timeout_s)))
+
+    def push(self, policy_variables, train_step):
+        """Replaces the stored weights; raises DeadlineExceededError after `timeout_s`."""
+        values = {POLICY_KEY: [v.numpy() for v in policy_variables],
+                  TRAIN_STEP_KEY: np.int64(train_step)}
+        writer = self._client.trajectory_writer(num_keep_alive_refs=1)
+        try:
+            writer.append(values)
+            writer.create_item(VARIABLES_TABLE, 1.0,
+                               tree.map_structure(lambda column: column[-1], writer.history))
+            writer.flush(timeout_ms=int(self._timeout_s * 1000))
+        finally:
+            writer.close()
+
+    def pull(self):
+        """(list of weight arrays, train step), or None while nothing has been pushed."""
+        if self.table_sizes().get(VARIABLES_TABLE, 0) == 0:
+            return None
+        sample = next(self._client.sample(VARIABLES_TABLE, emit_timesteps=False,
+                                          unpack_as_table_signature=True))
+        return list(sample.data[POLICY_KEY]), int(sample.data[TRAIN_STEP_KEY])
+
+
+def assign(variables, values):
+    """Copies pulled weights into a policy's variables (same agent config: same order)."""
+    if len(variables) != len(values):
+        raise ValueError(f"pulled {len(values)} weight arrays for {len(variables)} variables")
+    for variable, value in zip(variables, values):
+        variable.assign(value)
