@@ -39,12 +39,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import buffers, dqn_speed, timing  # noqa: E402  (needs the repo root on sys.path)
+from bench import buffers, distributed, dqn_speed, timing  # noqa: E402  (repo root on sys.path)
 from experiment.rundir import atomic_write_text  # noqa: E402
 
 SECTIONS = [
     ('dqn_cartpole', dqn_speed.section),
     ('buffers', buffers.section),
+    ('distributed', distributed.section),
 ]
 DEFAULT_OUTPUT = os.path.join(timing.REPO_ROOT, 'docs', 'benchmarks.md')
 

@@ -215,6 +215,7 @@ def run_cluster(cluster, *, collectors, eval_role=True, settings, params, verbos
     metrics = {
         'eval': read_metrics(os.path.join(cluster.root_dir, 'eval')),
         'learner': read_metrics(os.path.join(cluster.root_dir, 'learner')),
+        'replay': read_metrics(os.path.join(cluster.root_dir, 'replay')),
         'collectors': collectors, 'interrupted': interrupted,
         'restarts': dict(cluster.restarts),
         'wall_time_s': time.monotonic() - start,

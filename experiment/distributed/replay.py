@@ -21,6 +21,7 @@ import time
 import reverb
 
 from buffers.base import validate_capacity
+from experiment import rundir
 from experiment.distributed import common, config, net, tables
 from experiment.distributed.waiting import Role, one_line
 
@@ -81,6 +82,7 @@ def main(root_dir, *, address, bind_all_interfaces=False, seed=0, force=False, v
         summaries.close()
         server.stop()
         role.restore_signal_handlers()
+    rundir.write_metrics(directory, counters)
     role.log("stopped")
     return counters
 

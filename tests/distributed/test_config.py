@@ -1,0 +1,89 @@
+"""Refused before anything starts: deadlocking rate limits, unbounded waits, exposed servers."""
+
+import os
+
+import gin
+import pytest
+
+import train
+from experiment.distributed import config, net
+from experiment.errors import UserError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CONFIG = 'configs/sac_pendulum_distributed.gin'
+
+
+@pytest.fixture
+def parse():
+    """Parses the distributed config plus bindings; returns (settings, run params)."""
+    os.chdir(ROOT)
+
+    def parse_with(*bindings):
+        train.load_gin_config([CONFIG], list(bindings))
+        return config.settings(), config.run_params()
+
+    yield parse_with
+    gin.clear_config()
+
+
+def test_the_config_derives_the_single_process_replay_ratio(parse):
+    settings, params = parse()
+    assert settings.samples_per_insert == 256  # batch 256 x 64 gradient / 64 env steps
+    assert settings.min_size_to_sample == params['initial_collect_steps'] == 1000
+    assert settings.learner_steps_per_call == 64 and settings.error_buffer == 32768
+    config.validate(settings, params)
+    assert config.max_train_steps(params) == 19_000
+
+
+@pytest.mark.parametrize('binding, message', [
+    ('distributed.settings.error_buffer = 100', 'deadlock'),
+    ('distributed.settings.min_size_to_sample = 200000', 'wait forever'),
+    ('distributed.settings.min_size_to_sample = 0', 'empty table'),
+    ('distributed.settings.min_size_to_sample = 100', 'below run.batch_size'),
+    ('distributed.settings.samples_per_insert = 0', 'must be > 0'),
+    ('distributed.settings.timeout_s = 0', 'bounded'),
+    ('distributed.settings.give_up_after_s = 1e400', 'finite'),  # Gin reads inf
+    ('distributed.settings.give_up_after_s = 20', 'three tries'),
+])
+def test_settings_that_would_hang_are_refused(parse, binding, message):
+    settings, params = parse(binding)
+    with pytest.raises(UserError, match=message):
+        config.validate(settings, params)
+
+
+def test_reverb_agrees_that_the_accepted_limiter_is_valid(parse):
+    settings, _ = parse()
+    limiter = config.rate_limiter(settings)  # Reverb raises on an error buffer it rejects
+    assert limiter is not None
+
+
+def test_the_replay_server_is_not_exposed_without_the_flag(monkeypatch):
+    with pytest.raises(UserError, match='not loopback'):
+        net.check_replay_exposure('0.0.0.0', bind_all_interfaces=False)
+    monkeypatch.setattr(net, 'exposed_interfaces', lambda: ['eth0'])
+    with pytest.raises(UserError, match=r'always listens on every\s+interface.*eth0'):
+        net.check_replay_exposure('localhost', bind_all_interfaces=False)
+    net.check_replay_exposure('0.0.0.0', bind_all_interfaces=True)
+    monkeypatch.setattr(net, 'exposed_interfaces', lambda: [])
+    net.check_replay_exposure('127.0.0.1', bind_all_interfaces=False)
+    net.check_replay_exposure('::1', bind_all_interfaces=False)
+
+
+def test_addresses_are_checked():
+    assert net.parse_address('localhost:8000') == ('localhost', 8000)
+    assert net.parse_address('[::1]:8000') == ('::1', 8000)
+    for bad in ('localhost', ':80', 'host:port', 'host:70000', None):
+        with pytest.raises(UserError, match='HOST:PORT'):
+            net.parse_address(bad)
+
+
+def test_a_role_without_an_address_is_refused(tmp_path):
+    os.chdir(ROOT)
+    try:
+        with pytest.raises(UserError, match='needs --replay_address'):
+            train.main([f'--gin_file={CONFIG}', '--role=collect', f'--root_dir={tmp_path}'])
+        with pytest.raises(UserError, match='replay only'):
+            train.main([f'--gin_file={CONFIG}', '--role=learn', '--replay_address=localhost:1',
+                        '--bind_all_interfaces', f'--root_dir={tmp_path}'])
+    finally:
+        gin.clear_config()
