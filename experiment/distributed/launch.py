@@ -209,8 +209,10 @@ def run_cluster(cluster, *, collectors, eval_role=True, settings, params, verbos
         _supervise(cluster, final, say, params, start)
     except KeyboardInterrupt:
         interrupted = True
-        say("interrupted: stopping every role (the learner and the replay server checkpoint)")
+        say("interrupted: stopping every role (the learner and the replay server checkpoint); "
+            "Ctrl-C again kills them at once")
     finally:
+        _on_second_interrupt(cluster)
         cluster.stop_all()
     metrics = {
         'eval': read_metrics(os.path.join(cluster.root_dir, 'eval')),
@@ -222,6 +224,21 @@ def run_cluster(cluster, *, collectors, eval_role=True, settings, params, verbos
         'exit_codes': {name: cluster.returncode(name) for name in cluster.procs},
     }
     return metrics
+
+
+def _on_second_interrupt(cluster):
+    """While stopping, Ctrl-C (or SIGTERM) SIGKILLs every role instead of aborting the stop."""
+    def kill_all(signum, frame):
+        del signum, frame
+        for name in cluster.procs:
+            if cluster.alive(name):
+                cluster.procs[name][0].kill()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(signum, kill_all)
+        except ValueError:  # not the main thread (tests): nothing to catch there
+            pass
 
 
 def _supervise(cluster, final, say, params, start):
@@ -249,12 +266,21 @@ def _supervise(cluster, final, say, params, start):
 
 
 def _progress_line(cluster, params, start):
+    import reverb
+
+    from experiment.distributed import common
+
     evaluation = read_metrics(os.path.join(cluster.root_dir, 'eval')) or {}
     last = evaluation.get('final_eval_return')
     text = 'n/a' if last is None else f"{last:.1f} at env step {evaluation['last_eval_env_step']:,}"
+    try:
+        counters = common.replay_counters(reverb.Client(cluster.address).server_info(2))
+        steps = f"{counters['inserted']:>9,}"
+    except (RuntimeError, reverb.errors.ReverbError):
+        steps = '        ?'
     running = sum(cluster.alive(name) for name in cluster.procs)
-    return (f"{time.monotonic() - start:6.0f} s | eval return {text} | target "
-            f"{params['num_env_steps']:,} env steps | {running}/{len(cluster.procs)} roles up")
+    return (f"env step {steps}/{params['num_env_steps']:,} | last eval {text} | "
+            f"{time.monotonic() - start:6.0f} s | {running}/{len(cluster.procs)} roles up")
 
 
 def main(argv=None):
@@ -290,8 +316,13 @@ def main(argv=None):
                        settings=settings, params=params, verbose=not args.quiet)
 
 
+def _interrupt(signum, frame):
+    del signum, frame
+    raise KeyboardInterrupt()
+
+
 def cli():
-    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the run like Ctrl-C does
     try:
         metrics = main()
     except UserError as error:
