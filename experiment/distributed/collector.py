@@ -158,14 +158,17 @@ def main(root_dir, *, address, collector_id=0, seed=0, force=False, verbose=True
     except Stopped:
         pass
     finally:
+        if collector.writer is not None:
+            # Items the rate limiter still holds may keep the writer's close waiting.
+            with watchdog.waiting('closing the replay writer', 'the replay server',
+                                  finished=lambda: 'the collector is done'):
+                try:
+                    collector.writer.close()
+                except Exception:  # noqa: BLE001  (a dead server's writer may fail to close)
+                    pass
         watchdog.close()
         role.restore_signal_handlers()
         summaries.close()
-        if collector.writer is not None:
-            try:
-                collector.writer.close()
-            except Exception:  # noqa: BLE001
-                pass
     result = {'env_steps': collector.env_steps, 'policy_train_step': collector.policy_step,
               'env_steps_per_sec': collector.env_steps / max(time.monotonic() - start, 1e-9)}
     if verbose:
@@ -192,7 +195,9 @@ def _loop(collector, role, settings, params, summaries, watchdog):
         except TRANSIENT as error:
             role.log(f"writing to replay failed ({one_line(error)}); dropping this chunk and "
                      "reconnecting")
-            collector.connect()
+            with watchdog.waiting('reconnecting the replay writer',
+                                  f'the replay server at {collector.address}'):
+                collector.connect()
             continue
         if collector.fresh_writer:
             collector.fresh_writer = False

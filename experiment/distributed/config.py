@@ -44,7 +44,7 @@ class Settings:
 def settings(samples_per_insert=None,
              error_buffer=None,
              min_size_to_sample=None,
-             weight_pull_interval=256,
+             weight_pull_interval=64,
              learner_steps_per_call=None,
              weight_push_interval=None,
              learner_checkpoint_interval=5_000,
@@ -52,7 +52,7 @@ def settings(samples_per_insert=None,
              summary_interval_s=10.0,
              timeout_s=10.0,
              give_up_after_s=600.0,
-             flush_every=32):
+             flush_every=16):
     """The distributed run's own settings; None means derived from `run`'s bindings.
 
     Args:
@@ -76,7 +76,9 @@ def settings(samples_per_insert=None,
       timeout_s: the bound on every single call to another process.
       give_up_after_s: a role blocked or retrying this long exits with an
         error instead of waiting on.
-      flush_every: collector writes between flushes to the server.
+      flush_every: windows a collector writes between flushes. Items the rate
+        limiter holds count as pending, and Reverb's writer warns ("alarmingly
+        high") from about 50 pending items on, so keep it well below that.
 
     Returns:
       A `Settings`.

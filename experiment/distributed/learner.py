@@ -104,30 +104,32 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
     watchdog = Watchdog(role)
     role.install_signal_handlers()
     start_step, start = int(learner.train_step.numpy()), time.monotonic()
-    interrupted = False
     try:
         learner.push()
         role.log(f"pushed weights at train step {start_step:,}; training to {budget:,}")
         _loop(learner, role, settings, params, budget, summaries, watchdog)
     except Stopped:
-        interrupted = True
+        pass
+    interrupted = role.stop.is_set()
+    step = int(learner.train_step.numpy())
+    learner.checkpointer.save(step)  # first: whatever happens next, the training is safe
+    role.log(f"checkpoint saved at train step {step:,}")
+    try:
+        with watchdog.waiting('pushing the final weights', learner.whom_server):
+            learner.push()
+    except Stopped:  # asked to stop while the server is away: the checkpoint has it all
+        pass
     finally:
         watchdog.close()
         role.restore_signal_handlers()
-    step = int(learner.train_step.numpy())
-    learner.checkpointer.save(step)
-    try:
-        learner.push()
-    except Stopped:  # asked to stop while the server is away: the checkpoint has it all
-        pass
     summaries.close()
-    if not interrupted:
+    if not interrupted:  # exporting takes seconds: not when asked to stop
         export_policy(learner.agent.policy, os.path.join(directory, 'policy'),
                       learner.train_step)
-    metrics = {'train_steps': step, 'interrupted': interrupted or role.stop.is_set(),
+    metrics = {'train_steps': step, 'interrupted': interrupted,
                'train_steps_per_sec': (step - start_step) / max(time.monotonic() - start, 1e-9)}
     rundir.write_metrics(directory, metrics)
-    role.log(f"stopped at train step {step:,} (checkpoint saved)")
+    role.log(f"stopped at train step {step:,}")
     return metrics
 
 
