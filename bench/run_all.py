@@ -1,6 +1,6 @@
 """Runs every benchmark and regenerates docs/benchmarks.md (`make bench`).
 
-    .venv/bin/python bench/run_all.py            # full: ~7 min if quiet; writes docs/benchmarks.md
+    .venv/bin/python bench/run_all.py            # full: ~20 min if quiet; writes docs/benchmarks.md
     .venv/bin/python bench/run_all.py --quick    # shrunk budgets, to test the harness
     make bench ARGS='--cpus=all'                 # don't pin to one core
 
@@ -24,8 +24,8 @@ Sections. `SECTIONS` lists (name, function); each function takes the
 parsed options and returns a markdown section. docs/benchmarks.md is the
 header plus every section, printed to stdout too, and is written (temp file,
 then rename) only by a run of all sections in full mode, unless --output is
-given. Add replay-buffer or SAC benchmarks as new modules with a `section`
-function and list them here.
+given. Add benchmarks as new modules with a `section` function and list
+them here.
 """
 
 import argparse
@@ -39,11 +39,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from bench import buffers, distributed, dqn_speed, timing  # noqa: E402  (repo root on sys.path)
+# noqa: E402 below: these need the repo root on sys.path first.
+from bench import buffers, distributed, dqn_speed, sac_speed, timing  # noqa: E402
 from experiment.rundir import atomic_write_text  # noqa: E402
 
 SECTIONS = [
     ('dqn_cartpole', dqn_speed.section),
+    ('sac_pendulum', sac_speed.section),
     ('buffers', buffers.section),
     ('distributed', distributed.section),
 ]
