@@ -43,8 +43,14 @@ class Role:
     """A role's name, log and stop flag; SIGINT and SIGTERM set the flag.
 
     Roles finish their current step and save before exiting, so signals only
-    request a stop; the launcher kills a role that ignores it too long.
+    request a stop; a second signal exits at once. Python runs signal handlers
+    only in the main thread, between bytecodes -- never while the main thread
+    waits inside TensorFlow or Reverb (a rate-limited write can last a minute).
+    So the signal number is also written to a wakeup pipe at C level, and a
+    thread reading it sets the flag at once, where the watchdog can see it.
     """
+
+    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, name, *, give_up_after_s=600.0, report_every_s=10.0):
         self.name = name
@@ -52,24 +58,46 @@ class Role:
         self.give_up_after_s = give_up_after_s
         self.report_every_s = report_every_s
         self._previous = {}
+        self._previous_wakeup = None
 
     def log(self, message):
         print(f"{time.strftime('%H:%M:%S')} [{self.name}] {message}", flush=True)
 
     def install_signal_handlers(self):
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._previous[signum] = signal.signal(signum, self._handle)
-            except ValueError:  # not the main thread (tests): leave signals alone
-                pass
+        read_fd, write_fd = os.pipe()
+        os.set_blocking(write_fd, False)
+        try:
+            self._previous_wakeup = signal.set_wakeup_fd(write_fd)
+        except ValueError:  # not the main thread (tests): leave signals alone
+            os.close(read_fd)
+            os.close(write_fd)
+            return
+        for signum in self._SIGNALS:
+            # A Python-level handler must exist for the C handler to write the pipe;
+            # the reading thread does the work.
+            self._previous[signum] = signal.signal(signum, _deferred_handler)
+        threading.Thread(target=self._read_signals, args=(read_fd,), daemon=True,
+                         name=f'{self.name}-signals').start()
 
     def restore_signal_handlers(self):
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous = {}
+        if self._previous_wakeup is not None:
+            signal.set_wakeup_fd(self._previous_wakeup)
+            self._previous_wakeup = None
 
-    def _handle(self, signum, frame):
-        del frame
+    def _read_signals(self, read_fd):
+        while True:
+            try:
+                data = os.read(read_fd, 64)
+            except OSError:
+                return
+            for signum in data:
+                if signum in self._SIGNALS:
+                    self._handle(signum)
+
+    def _handle(self, signum):
         if self.stop.is_set():  # a second signal: stop now
             self.log(f"{signal.Signals(signum).name} again: exiting at once.")
             os._exit(130)
@@ -80,6 +108,11 @@ class Role:
         """Sleeps unless asked to stop; raises `Stopped` if it was."""
         if self.stop.wait(seconds):
             raise Stopped()
+
+
+def _deferred_handler(signum, frame):
+    """Runs (late) in the main thread; `Role._read_signals` has already acted."""
+    del signum, frame
 
 
 def retry(role, call, *, what, whom, timeout_s, first_delay_s=0.5, max_delay_s=8.0,
