@@ -6,6 +6,7 @@ every batch (no drift from random per-element choice), and prioritized
 feedback goes back to the source each row came from.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from buffers.base import SampleInfo
@@ -65,9 +66,81 @@ class MixedSource:
 
 
 def _concat(parts):
+    """One batch from per-source parts.
+
+    Probabilities are made relative within each part (divided by the part's
+    smallest): the share of each source is fixed by design, not drawn, so
+    importance weights must correct only for prioritisation inside a source.
+    Uniform rows thus get weight 1 whichever source they came from.
+    """
+    parts = [(w, SampleInfo(i.keys, i.probabilities / tf.reduce_min(i.probabilities)))
+             for w, i in parts]
     if len(parts) == 1:
         return parts[0]
     windows = tf.nest.map_structure(lambda *leaves: tf.concat(leaves, 0), *[w for w, _ in parts])
     info = SampleInfo(keys=tf.concat([i.keys for _, i in parts], 0),
                       probabilities=tf.concat([i.probabilities for _, i in parts], 0))
     return windows, info
+
+
+class MixedReplay:
+    """A replay backend for offline-to-online: writes go online, reads mix in logged data.
+
+    Every batch holds `logged_fraction` rows from the logged dataset (loaded
+    once, never written) and the rest from the online backend. Counters of
+    the rows actually drawn from each source feed `buffer/logged_fraction_sampled`
+    in TensorBoard. Only the online backend is checkpointed: the logged data
+    is reloaded from its dataset on resume.
+    """
+
+    def __init__(self, online, logged, *, logged_fraction, batch_size):
+        self.online, self.logged = online, logged
+        self._mixed = MixedSource(online, logged, fraction=logged_fraction)
+        self._batch_size = batch_size
+        self.supports_xla = self._mixed.supports_xla
+        self.writes_own_checkpoints = getattr(online, 'writes_own_checkpoints', False)
+        self._sampled_logged = tf.Variable(0, dtype=tf.int64, trainable=False)
+        self._sampled_online = tf.Variable(0, dtype=tf.int64, trainable=False)
+
+    def add(self, trajectory):
+        self.online.add(trajectory)
+
+    def sample(self, batch_size, num_steps):
+        windows, info = self._mixed.sample(batch_size, num_steps)
+        rows_online, rows_logged = split_batch(batch_size, self._mixed.fraction)
+        self._sampled_online.assign_add(rows_online)
+        self._sampled_logged.assign_add(rows_logged)
+        return windows, info
+
+    def as_dataset(self, batch_size, num_steps):
+        return self._mixed.as_dataset(batch_size, num_steps)
+
+    def update_priorities(self, keys, priorities):
+        self._mixed.update_priorities(keys, priorities)
+
+    def metrics(self):
+        values = dict(self.online.metrics())
+        logged, online = float(self._sampled_logged.numpy()), float(self._sampled_online.numpy())
+        values['logged_size'] = float(self.logged.metrics()['size'])
+        values['logged_sampled'] = logged
+        values['logged_fraction_sampled'] = logged / max(logged + online, 1.0)
+        return values
+
+    def histograms(self):
+        return self.online.histograms()
+
+    def ages(self, keys):
+        """Ages of the online rows only (logged rows have no insertion time in this run)."""
+        rows_online, _ = split_batch(self._batch_size, self._mixed.fraction)
+        keys = np.asarray(keys).reshape(-1, self._batch_size)[:, :rows_online]
+        return self.online.ages(keys.reshape(-1))
+
+    def checkpoint_items(self):
+        items = dict(self.online.checkpoint_items())
+        items['mixing_counters'] = tf.train.Checkpoint(
+            logged=self._sampled_logged, online=self._sampled_online)
+        return items
+
+    def close(self):
+        self.online.close()
+        self.logged.close()

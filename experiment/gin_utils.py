@@ -15,9 +15,14 @@ def unused_bindings():
     # keyed by (scope, selector) -> {param: value}.
     bound = gin_config._CONFIG  # pylint: disable=protected-access
     used = gin_config._OPERATIVE_CONFIG  # pylint: disable=protected-access
+    # An unscoped binding applies inside every scope too (e.g. make_env.env_id reaches
+    # the eval env made under the 'eval' scope): it counts as used if any scope used it.
+    used_anywhere = {}
+    for (_, selector), params in used.items():
+        used_anywhere.setdefault(selector, set()).update(params)
     unused = []
     for (scope, selector), params in bound.items():
-        used_params = used.get((scope, selector), {})
+        used_params = used.get((scope, selector), {}) if scope else used_anywhere.get(selector, ())
         for param in params:
             if param not in used_params:
                 prefix = f'{scope}/' if scope else ''

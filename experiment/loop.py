@@ -52,6 +52,10 @@ class FusedLoop:
         step_count = tf.TensorSpec([], tf.int32)
         self.collect_random = tf.function(
             lambda steps: self._run_policy(random_policy, steps), input_signature=[step_count])
+        # Collection without training, for runs that start from trained weights.
+        self.collect_with_agent = tf.function(
+            lambda steps: self._run_policy(agent.collect_policy, steps),
+            input_signature=[step_count])
         self.train = tf.function(self._train_chunk, jit_compile=self.uses_xla)
         # One Python->TF call per iteration: collect (a py_function env, so never XLA)
         # then the train chunk, which keeps its own XLA compilation when nested.

@@ -15,7 +15,11 @@ import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 from tf_agents.metrics import tf_metrics
 
+from buffers.mixing import MixedReplay
 from buffers.uniform import UniformReplay
+from datasets.files import Dataset
+from datasets.importing import load_dataset_into_backend
+from datasets.recording import ExperienceRecorder
 from envs.suite import make_env
 from experiment import rundir, tags
 from experiment.buffer_probe import BufferProbe
@@ -88,6 +92,34 @@ def crossed(interval, before, after):
     return interval > 0 and after // interval > before // interval
 
 
+def _initialize_agent(agent, run_dir, verbose):
+    """Loads the agent's weights (and optimizer state) from another run's latest checkpoint."""
+    path = tf.train.latest_checkpoint(os.path.join(run_dir, 'checkpoints'))
+    if path is None:
+        raise UserError(f"run.initialize_from={run_dir!r} holds no checkpoint: point it at a "
+                        "finished run directory (one with checkpoints/).")
+    try:
+        tf.train.Checkpoint(agent=agent).restore(path).expect_partial() \
+            .assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as error:
+        reason = str(error).strip().splitlines()[0][:160]
+        raise UserError(f"Cannot start from {path} ({reason}): the agent there must be the "
+                        "same kind and size as this run's.") from None
+    if verbose:
+        print(f"Starting from the agent weights of {path}.", flush=True)
+
+
+def _write_recorded_dataset(recorder, root_dir, tf_env, verbose):
+    metadata = recorder.write_dataset(
+        os.path.join(root_dir, 'dataset'), observation_spec=tf_env.observation_spec(),
+        action_spec=tf_env.action_spec(),
+        metadata={'kind': 'replay', 'source': root_dir})
+    if verbose:
+        print(f"Wrote the recorded experience to {root_dir}/dataset: "
+              f"{metadata['num_steps']:,} steps in {metadata['num_episodes']:,} episodes, "
+              f"average return {metadata['average_return']:.1f}.", flush=True)
+
+
 @gin.configurable(denylist=['root_dir', 'seed', 'force'])
 def run(root_dir, seed=0, force=False, *,
         make_agent=gin.REQUIRED,
@@ -110,6 +142,10 @@ def run(root_dir, seed=0, force=False, *,
         tf_threads=1,
         export_final_policy=True,
         policy_snapshot_interval=0,
+        record_dataset=False,
+        logged_dataset=None,
+        logged_fraction=0.25,
+        initialize_from=None,
         verbose=True):
     """Trains one agent; resumes if root_dir already holds this run.
 
@@ -142,6 +178,14 @@ def run(root_dir, seed=0, force=False, *,
       policy_snapshot_interval: env steps between snapshots of the greedy policy
         (with their eval return) under root_dir/policies/; 0 = none. They are
         the behaviour policies of 'medium' datasets (make_dataset.py).
+      record_dataset: record every collected episode and write them at the end
+        as an RLDS dataset in root_dir/dataset (the 'replay' dataset kind).
+      logged_dataset: an RLDS dataset directory mixed into every batch
+        (offline-to-online); None trains on online experience only.
+      logged_fraction: the share of each batch drawn from `logged_dataset`.
+      initialize_from: a run directory (e.g. an offline CQL-SAC run) whose
+        latest checkpoint's agent weights this run starts from; its initial
+        collection then uses that agent's collect policy, not random actions.
       verbose: print progress lines.
 
     Returns:
@@ -167,6 +211,14 @@ def run(root_dir, seed=0, force=False, *,
     backend = replay_backend(agent.collect_data_spec, capacity=replay_capacity, num_envs=num_envs,
                              batch_size=batch_size, num_steps=num_steps, seed=seed,
                              **backend_options)
+    if logged_dataset:
+        dataset = Dataset(logged_dataset)
+        dataset.check_specs(tf_env.time_step_spec(), tf_env.action_spec())
+        logged = load_dataset_into_backend(
+            dataset, UniformReplay, spec=agent.collect_data_spec, batch_size=batch_size,
+            num_steps=num_steps, seed=seed, verbose=verbose)
+        backend = MixedReplay(backend, logged, logged_fraction=logged_fraction,
+                              batch_size=batch_size)
     train_metrics = {
         tags.TRAIN_AVERAGE_RETURN: tf_metrics.AverageReturnMetric(batch_size=num_envs),
         tags.TRAIN_AVERAGE_EPISODE_LENGTH:
@@ -182,6 +234,8 @@ def run(root_dir, seed=0, force=False, *,
         restored = checkpointer.restore_latest()
         if restored and verbose:
             print(f"Resuming from {restored} at env step {int(env_step.numpy()):,}.", flush=True)
+    if initialize_from and env_step.numpy() == 0:
+        _initialize_agent(agent, initialize_from, verbose)
     if env_step.numpy() > 0:
         # Restarted RNG streams must not replay the first run's random numbers.
         tf.random.set_seed(_resume_seed(seed, int(env_step.numpy())))
@@ -194,8 +248,13 @@ def run(root_dir, seed=0, force=False, *,
     evaluator = Evaluator(eval_env, agent.policy)
     importance_beta = linear_schedule(env_step, importance_beta_start, 1.0,
                                       importance_beta_anneal_steps or num_env_steps)
+    recorder = None
+    if record_dataset:
+        recorder = ExperienceRecorder(os.path.join(root_dir, 'recorded'), agent.collect_data_spec,
+                                      num_envs, resume_step=int(env_step.numpy()))
     loop = FusedLoop(agent=agent, tf_env=tf_env, backend=backend,
-                     observers=list(train_metrics.values()), env_steps=env_step,
+                     observers=list(train_metrics.values()) + ([recorder] if recorder else []),
+                     env_steps=env_step,
                      batch_size=batch_size, num_steps=num_steps,
                      train_steps=train_steps_per_iteration, use_xla=use_xla,
                      importance_beta=importance_beta)
@@ -219,6 +278,8 @@ def run(root_dir, seed=0, force=False, *,
     def save_checkpoint(step):
         writer.flush()  # flush first: events never outrun the checkpoint they belong to
         run_state.add_wall_time(progress.lap())
+        if recorder:
+            recorder.save_shard(step)
         checkpointer.save(step)
 
     def snapshot(step):
@@ -229,9 +290,12 @@ def run(root_dir, seed=0, force=False, *,
     start_step = int(env_step.numpy())
     if start_step == 0:
         writer.operative_config(gin.config_str(), 0)
+        if initialize_from:
+            evaluate(0)  # where the initial weights start: the bar online training must beat
+    initial_collect = loop.collect_with_agent if initialize_from else loop.collect_random
     with Interrupt() as interrupt:
         while int(env_step.numpy()) < initial_collect_steps and not interrupt.requested:
-            loop.collect_random(tf.constant(steps_per_chunk, tf.int32))
+            initial_collect(tf.constant(steps_per_chunk, tf.int32))
         summaries.start(int(env_step.numpy()))
         step = int(env_step.numpy())
         while step < num_env_steps:
@@ -264,6 +328,8 @@ def run(root_dir, seed=0, force=False, *,
                              gin.operative_config_str())
     if export_final_policy and not interrupted:
         export_policy(agent.policy, os.path.join(root_dir, 'policy'), train_step)
+    if recorder and not interrupted:
+        _write_recorded_dataset(recorder, root_dir, tf_env, verbose)
     metrics = {
         'env_steps': step,
         'train_steps': int(train_step.numpy()),

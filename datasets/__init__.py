@@ -1,0 +1,1 @@
+"""RLDS datasets on disk: recording experience, writing and reading TFDS-format episodes."""

@@ -1,0 +1,110 @@
+"""Offline RL end to end: make a dataset, train CQL-SAC on it, continue online with a mix."""
+
+import json
+import os
+
+import pytest
+
+import make_dataset
+import train
+from experiment.errors import UserError
+from tests.smoke.test_train import ROOT, read_scalars
+
+TINY_SAC = ['--gin_file=configs/sac_pendulum.gin', '--gin_file=configs/testing/tiny_sac.gin']
+TINY_CQL = ['--gin_file=configs/cql_sac_pendulum_offline.gin',
+            '--gin_file=configs/testing/tiny_cql.gin']
+
+
+@pytest.fixture(scope='module')
+def workdir(tmp_path_factory):
+    os.chdir(ROOT)
+    return tmp_path_factory.mktemp('offline')
+
+
+@pytest.fixture(scope='module')
+def sac_run(workdir):
+    """A tiny SAC run with policy snapshots that also records its experience."""
+    root_dir = str(workdir / 'sac')
+    metrics = train.main(TINY_SAC + [f'--root_dir={root_dir}',
+                                     '--gin_bindings=run.num_env_steps=404',
+                                     '--gin_bindings=run.policy_snapshot_interval=200',
+                                     '--gin_bindings=run.record_dataset=True'])
+    return root_dir, metrics
+
+
+@pytest.fixture(scope='module')
+def random_dataset(workdir):
+    path = str(workdir / 'random')
+    metadata = make_dataset.main(['--gin_file=configs/datasets/pendulum_random.gin',
+                                  '--gin_bindings=make_dataset.num_steps=2000',
+                                  '--gin_bindings=make_env.num_envs=4', f'--output_dir={path}'])
+    return path, metadata
+
+
+def test_random_dataset_holds_whole_episodes(random_dataset):
+    _, metadata = random_dataset
+    # Pendulum episodes are 200 steps + the final observation; 4 copies finish together.
+    assert metadata['num_episodes'] == 12 and metadata['num_steps'] == 12 * 201
+    assert metadata['num_terminal_episodes'] == 0  # Pendulum only truncates
+    assert -1800 < metadata['average_return'] < -700
+
+
+def test_training_run_records_a_replay_dataset_and_snapshots(sac_run):
+    root_dir, metrics = sac_run
+    with open(os.path.join(root_dir, 'dataset', 'collection.json')) as f:
+        recorded = json.load(f)
+    # 404 env steps over 2 copies = 202 rows each: one whole 201-step episode per copy.
+    assert recorded['kind'] == 'replay' and recorded['num_episodes'] == 2
+    assert recorded['num_steps'] == 2 * 201
+    snapshots = sorted(os.listdir(os.path.join(root_dir, 'policies')))
+    assert snapshots == ['step_200', 'step_400']
+
+
+def test_medium_dataset_uses_the_snapshot_closest_to_the_target(sac_run, workdir):
+    root_dir, _ = sac_run
+    with open(os.path.join(root_dir, 'policies', 'step_200', 'snapshot.json')) as f:
+        target = json.load(f)['eval_return']
+    metadata = make_dataset.main(
+        ['--gin_file=configs/datasets/pendulum_medium.gin', f'--output_dir={workdir}/medium',
+         f'--gin_bindings=make_dataset.run_dir="{root_dir}"',
+         f'--gin_bindings=make_dataset.target_return={target}',
+         '--gin_bindings=make_dataset.num_steps=400', '--gin_bindings=make_env.num_envs=2'])
+    assert 'step_200' in metadata['source'] and metadata['num_steps'] == 2 * 201
+
+
+def test_offline_cql_then_offline_to_online(random_dataset, workdir):
+    path, metadata = random_dataset
+    offline_dir = str(workdir / 'cql')
+    offline = train.main(TINY_CQL + [f'--root_dir={offline_dir}',
+                                     f'--gin_bindings=train_offline.dataset_dir="{path}"'])
+    assert offline['train_steps'] == 200
+    assert offline['dataset_steps'] == metadata['num_steps']
+    assert offline['behaviour_return'] == pytest.approx(metadata['average_return'])
+    assert offline['final_eval_return'] < 0 and offline['unused_bindings'] == []
+    scalars = read_scalars(offline_dir)
+    assert {'train/cql_alpha', 'train/alpha', 'eval/AverageReturn'} <= set(scalars)
+    assert [step for step, _ in scalars['eval/AverageReturn']] == [0, 100, 200]
+
+    online_dir = str(workdir / 'online')
+    online = train.main(
+        ['--gin_file=configs/cql_sac_pendulum_online.gin', '--gin_file=configs/testing/tiny_run.gin',
+         '--gin_file=configs/testing/tiny_cql_online.gin',
+         f'--gin_bindings=run.logged_dataset="{path}"',
+         f'--gin_bindings=run.initialize_from="{offline_dir}"', f'--root_dir={online_dir}'])
+    assert online['env_steps'] == 400
+    fraction = read_scalars(online_dir)['buffer/logged_fraction_sampled']
+    assert all(value == pytest.approx(0.25) for _, value in fraction)
+    # It started from the offline checkpoint: the agent's step counter went on from there,
+    # and its starting point was evaluated at env step 0.
+    assert online['train_steps'] > offline['train_steps']
+    assert read_scalars(online_dir)['eval/AverageReturn'][0][0] == 0
+
+
+def test_bad_dataset_inputs_are_one_line_errors(workdir):
+    with pytest.raises(UserError, match='No RLDS dataset at'):
+        train.main(TINY_CQL + [f'--root_dir={workdir}/bad',
+                               '--gin_bindings=train_offline.dataset_dir="/nonexistent"'])
+    with pytest.raises(UserError, match="kind must be one of random, expert, medium"):
+        make_dataset.main(['--gin_file=configs/datasets/pendulum_random.gin',
+                           '--gin_bindings=make_dataset.kind="replay"',
+                           f'--output_dir={workdir}/x'])
