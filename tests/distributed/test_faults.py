@@ -126,4 +126,4 @@ def test_killed_replay_server_restores_its_checkpoint_and_everyone_reconnects(tr
     # Whoever waited said on whom (the watchdog or a retry names the replay server).
     said = [name for name in peers if 'the replay server at' in
             _log(cluster, name)[log_sizes[name]:]]
-    assert 'learner' in said or len(said) >= 1, said
+    assert said, 'no peer logged whom it waited on during the outage'
