@@ -130,16 +130,24 @@ def render(measured, budgets, opts):
            f'sides, no evaluation in the timed difference. Every run '
            f'{timing.describe_pinning(opts.cpus)}; same two-budget method as the DQN section '
            '(**env steps/s = Δ env steps / Δ wall time** of the whole process).', '']
+    example_cpu = next(rate.rate_per_cpu_s for system, rate, _ in measured if system.is_reference)
     rows = []
     for system, rate, _ in measured:
+        per_cpu = rate.rate_per_cpu_s
         rows.append([system.name, f'{rate.delta_steps:,}', f'{rate.delta_s:.1f}',
                      f'{rate.rate:,.0f}', f'{rate.rate / example:.2f}x',
-                     f'{rate.rate / PYTORCH_REFERENCE:.2f}x'])
+                     f'{rate.rate / PYTORCH_REFERENCE:.2f}x',
+                     'n/a' if not per_cpu or not example_cpu
+                     else f'{per_cpu:,.0f} ({per_cpu / example_cpu:.2f}x)'])
     for name, reference in REFERENCES:
-        rows.append([f'_{name}_', '', '', f'~{reference}', '', ''])
+        rows.append([f'_{name}_', '', '', f'~{reference}', '', '', ''])
     out += [timing.markdown_table(
         ['system', 'Δ env steps', 'Δ seconds', 'env steps/s', 'ratio vs TF-Agents example',
-         f'ratio vs PyTorch reference ({PYTORCH_REFERENCE}/s)'], rows), '']
+         f'ratio vs PyTorch reference ({PYTORCH_REFERENCE}/s)',
+         'env steps per CPU-second (ratio)'], rows), '',
+        'The last column divides by Δ CPU time (user + system) instead of Δ wall time: on a '
+        'quiet pinned core the two agree; when other jobs share the core, wall time stretches '
+        'and CPU time much less, so that column is the steadier comparison.', '']
     out += _verdicts(example, ours)
     out += _exit_latency(measured)
     out += _runs_and_commands(measured, budgets, opts)

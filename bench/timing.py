@@ -3,12 +3,14 @@
 Every measured run is a separate process, timed from `Popen` to the moment
 `wait` returns, with each line of its stdout and stderr time-stamped as it
 arrives, so the same run also gives the delay between a chosen last line
-and the process exit.
+and the process exit. Its CPU time (user + system) is kept too: on a busy
+machine wall time stretches with the other jobs, CPU time much less.
 """
 
 import dataclasses
 import os
 import re
+import resource
 import shlex
 import subprocess
 import sys
@@ -32,6 +34,7 @@ class RunResult:
     returncode: int
     lines: list  # (seconds since start, 'out' | 'err', text)
     log_path: str
+    cpu_s: float = None  # user + system CPU seconds of the process
 
     def last_match(self, pattern):
         """(time, text) of the last output line matching `pattern`, or None."""
@@ -79,6 +82,7 @@ def timed_run(label, cmd, *, cwd, log_dir, env=None, echo=True):
         print(f'  [{time.strftime("%H:%M:%S")}] {label}: {shlex.join(cmd)}', flush=True)
     lines = []
     lock = threading.Lock()
+    cpu_before = _children_cpu_s()
     start = time.perf_counter()
     proc = subprocess.Popen(cmd, cwd=cwd, env=run_env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -97,6 +101,7 @@ def timed_run(label, cmd, *, cwd, log_dir, env=None, echo=True):
     try:
         returncode = proc.wait(timeout=RUN_TIMEOUT_S)
         wall_s = time.perf_counter() - start
+        cpu_s = _children_cpu_s() - cpu_before  # runs are one at a time: this child only
     except BaseException:  # timeout or Ctrl-C: never leave the child running
         _stop(proc)
         raise
@@ -108,13 +113,19 @@ def timed_run(label, cmd, *, cwd, log_dir, env=None, echo=True):
         for stamp, name, text in lines:
             log.write(f'{stamp:9.3f} {name} {text}\n')
         log.write(f'{wall_s:9.3f} exit {returncode}\n')
-    result = RunResult(label, list(cmd), wall_s, returncode, lines, log_path)
+    result = RunResult(label, list(cmd), wall_s, returncode, lines, log_path, cpu_s)
     if returncode != 0:
         raise BenchError(f'{label} exited with status {returncode} after {wall_s:.1f} s '
                          f'(log: {log_path}); last lines:\n{result.tail()}')
     if echo:
         print(f'  [{time.strftime("%H:%M:%S")}] {label}: done in {wall_s:.1f} s', flush=True)
     return result
+
+
+def _children_cpu_s():
+    """CPU seconds of every child this process has waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _stop(proc):
@@ -159,6 +170,14 @@ class TwoBudgetRate:
     @property
     def rate(self):
         return self.delta_steps / self.delta_s if self.delta_s > 0 else float('nan')
+
+    @property
+    def rate_per_cpu_s(self):
+        """Like rate, over CPU time: less sensitive to other jobs sharing the core."""
+        if self.small.cpu_s is None or self.large.cpu_s is None:
+            return None
+        delta = self.large.cpu_s - self.small.cpu_s
+        return self.delta_steps / delta if delta > 0 else None
 
 
 def markdown_table(headers, rows, aligns=None):
