@@ -62,7 +62,8 @@ def _to_rlds_episode(rows):
     terminal = len(rows) > 1 and float(rows[-2].discount) == 0.0
     last = len(rows) - 1
     steps = {
-        'observation': tf.nest.map_structure(lambda *x: np.stack(x), *[r.observation for r in rows]),
+        'observation': tf.nest.map_structure(lambda *x: np.stack(x),
+                                             *[r.observation for r in rows]),
         'action': tf.nest.map_structure(lambda *x: np.stack(x), *[r.action for r in rows]),
         'reward': np.array([r.reward for r in rows], np.float32),
         'discount': np.array([r.discount for r in rows], np.float32),

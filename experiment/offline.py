@@ -16,8 +16,8 @@ import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 
 from buffers.uniform import UniformReplay
-from datasets.importing import load_dataset_into_backend
 from datasets.files import Dataset
+from datasets.importing import load_dataset_into_backend
 from envs.suite import make_env
 from experiment import rundir, tags
 from experiment.checkpointing import Checkpointer

@@ -87,7 +87,8 @@ def test_offline_cql_then_offline_to_online(random_dataset, workdir):
 
     online_dir = str(workdir / 'online')
     online = train.main(
-        ['--gin_file=configs/cql_sac_pendulum_online.gin', '--gin_file=configs/testing/tiny_run.gin',
+        ['--gin_file=configs/cql_sac_pendulum_online.gin',
+         '--gin_file=configs/testing/tiny_run.gin',
          '--gin_file=configs/testing/tiny_cql_online.gin',
          f'--gin_bindings=run.logged_dataset="{path}"',
          f'--gin_bindings=run.initialize_from="{offline_dir}"', f'--root_dir={online_dir}'])

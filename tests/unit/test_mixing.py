@@ -51,3 +51,20 @@ def test_priority_updates_reach_each_source():
 def test_fraction_outside_unit_interval_is_refused():
     with pytest.raises(UserError, match=r'\[0, 1\]'):
         split_batch(8, 1.5)
+
+
+def test_mixed_replay_writes_online_reads_both_and_counts_rows():
+    from buffers.mixing import MixedReplay
+
+    online, logged = _source(0, 1), _source(1, 2)
+    mixed = MixedReplay(online, logged, logged_fraction=0.25, batch_size=8)
+    mixed.add({'source': tf.constant([0, 0], tf.int32)})
+    assert online.metrics()['inserted'] == 22 and logged.metrics()['inserted'] == 20
+    window, info = tf.function(lambda: mixed.sample(8, 2))()
+    assert window['source'].numpy()[:, 0].tolist() == [0] * 6 + [1] * 2
+    # Uniform rows get probability 1 relative to their own source: IS weights of exactly 1.
+    np.testing.assert_array_equal(info.probabilities.numpy(), np.ones(8))
+    metrics = mixed.metrics()
+    assert metrics['logged_fraction_sampled'] == 0.25 and metrics['logged_size'] == 20
+    assert mixed.ages(info.keys.numpy()).shape == (6,)  # online rows only
+    assert 'mixing_counters' in mixed.checkpoint_items()
