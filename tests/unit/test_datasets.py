@@ -10,6 +10,9 @@ import tensorflow_datasets as tfds
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory as trajectory_lib
 
+from buffers.episodic import EpisodicReplay
+from buffers.prioritized import PrioritizedReplay
+from buffers.reverb_replay import ReverbUniformReplay
 from buffers.uniform import UniformReplay
 from datasets import importing
 from datasets.behaviour import BehaviourPolicy
@@ -122,21 +125,36 @@ def test_reverb_import_holds_every_transition(cartpole_dataset):
         server.stop()
 
 
-def test_backend_import_checks_the_count(cartpole_dataset):
-    path, _, metadata, env = cartpole_dataset
-    dataset = Dataset(path)
+def _trajectory_spec(env):
     from tf_agents.specs import tensor_spec
-    spec = trajectory_lib.Trajectory(
+    return trajectory_lib.Trajectory(
         ts.time_step_spec(tensor_spec.from_spec(env.observation_spec())).step_type,
         tensor_spec.from_spec(env.observation_spec()), tensor_spec.from_spec(env.action_spec()),
         (), tf.TensorSpec([], tf.int32), tf.TensorSpec([], tf.float32),
         tf.TensorSpec([], tf.float32))
-    full = UniformReplay(spec, capacity=metadata['num_steps'], num_envs=1, batch_size=8,
-                         num_steps=2, seed=0)
-    assert importing.load_into_backend(dataset, full) == metadata['num_steps']
-    small = UniformReplay(spec, capacity=100, num_envs=1, batch_size=8, num_steps=2, seed=0)
+
+
+@pytest.mark.parametrize('backend_cls', [UniformReplay, PrioritizedReplay, EpisodicReplay,
+                                         ReverbUniformReplay])
+def test_every_backend_takes_the_whole_dataset(cartpole_dataset, backend_cls):
+    path, _, metadata, env = cartpole_dataset
+    dataset = Dataset(path)
+    backend = backend_cls(_trajectory_spec(env), capacity=metadata['num_steps'], num_envs=1,
+                          batch_size=8, num_steps=2, seed=0)
+    try:
+        assert importing.load_into_backend(dataset, backend) == metadata['num_steps']
+        windows, _ = backend.sample(8, 2)
+        assert windows.observation.shape == (8, 2, 4)
+    finally:
+        backend.close()
+
+
+def test_backend_import_checks_the_count(cartpole_dataset):
+    path, _, _, env = cartpole_dataset
+    small = UniformReplay(_trajectory_spec(env), capacity=100, num_envs=1, batch_size=8,
+                          num_steps=2, seed=0)
     with pytest.raises(UserError, match='raise the replay capacity'):
-        importing.load_into_backend(dataset, small)
+        importing.load_into_backend(Dataset(path), small)
 
 
 def test_mismatched_specs_and_missing_paths_are_one_line_errors(cartpole_dataset, tmp_path):
