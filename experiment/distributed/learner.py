@@ -164,12 +164,14 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
             continue
         before, step = step, int(learner.train_step.numpy())
         if step // settings.weight_push_interval > before // settings.weight_push_interval:
-            learner.push()
+            with watchdog.waiting('pushing weights', learner.whom_server):
+                learner.push()
         if step // settings.learner_checkpoint_interval > \
                 before // settings.learner_checkpoint_interval:
             learner.checkpointer.save(step)
         if time.monotonic() >= next_summary:
-            counters = learner.counters()
+            with watchdog.waiting('reading the replay table', learner.whom_server):
+                counters = learner.counters()
             values = summaries.write(counters['inserted'], {
                 tags.TRAIN_LOSS: float(loss),
                 **{tag: float(fn()) for tag, fn in
