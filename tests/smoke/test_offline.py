@@ -90,7 +90,7 @@ def test_offline_cql_then_offline_to_online(random_dataset, workdir):
         ['--gin_file=configs/cql_sac_pendulum_online.gin',
          '--gin_file=configs/testing/tiny_run.gin',
          '--gin_file=configs/testing/tiny_cql_online.gin',
-         f'--gin_bindings=run.logged_dataset="{path}"',
+         f'--gin_bindings=run.logged_dataset="{path}"', '--gin_bindings=run.logged_fraction=0.25',
          f'--gin_bindings=run.initialize_from="{offline_dir}"', f'--root_dir={online_dir}'])
     assert online['env_steps'] == 400
     fraction = read_scalars(online_dir)['buffer/logged_fraction_sampled']
