@@ -1,8 +1,10 @@
 """The replay server's two tables and the weight hand-off through the second.
 
-Replay table: the windows `ReverbUniformReplay` writes (same signature, so
-collectors reuse that backend's writer against this server), uniform
-sampling, Fifo eviction, and a `SampleToInsertRatio` rate limiter.
+Replay table: windows in `ReverbUniformReplay`'s one-column-per-leaf layout
+(the backend detects it from the signature and writes it, so collectors
+reuse that backend's writer against this server, and the learner reads the
+window nest straight from Reverb's dataset), uniform sampling, Fifo
+eviction, and a `SampleToInsertRatio` rate limiter.
 
 Variables table: one item (max_size 1, Fifo) holding the latest policy
 weights and the learner's train step, in the layout of TF-Agents'
