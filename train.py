@@ -57,7 +57,6 @@ def load_gin_config(gin_files, gin_bindings):
     """Parses configs strictly and turns Gin's errors into one-line UserErrors."""
     import gin
 
-    import experiment.distributed.config  # noqa: F401  (registers distributed.settings)
     import experiment.registry  # noqa: F401  (registers every configurable)
 
     if not gin_files:

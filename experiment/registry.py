@@ -13,6 +13,7 @@ import buffers.reverb_replay  # noqa: F401
 import buffers.uniform  # noqa: F401
 import datasets.collect  # noqa: F401
 import envs.suite  # noqa: F401
+import experiment.distributed.config  # noqa: F401
 import experiment.entry  # noqa: F401
 import experiment.offline  # noqa: F401
 import experiment.run  # noqa: F401
