@@ -6,6 +6,8 @@ GIN ?= configs/dqn_cartpole.gin
 SWEEP ?= configs/sweeps/dqn_lr.yaml
 ARGS ?=
 COLLECTORS ?= 2
+# make test runs one pytest worker per core (whole files per worker, so module fixtures are built once).
+TEST_WORKERS ?= 2
 DIST_GIN ?= configs/sac_pendulum_distributed.gin
 
 .PHONY: install train train-distributed test test-slow bench sweep tensorboard lint lock clean
@@ -31,7 +33,7 @@ train-distributed: install
 
 # pytest exits 5 when a selection collects no tests; that is not a failure here.
 test: install
-	$(PY) -m pytest -m "not slow" $(ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
+	$(PY) -m pytest -m "not slow" -n $(TEST_WORKERS) --dist loadfile $(ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 test-slow: install
 	$(PY) -m pytest -m slow $(ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc

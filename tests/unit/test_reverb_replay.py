@@ -329,6 +329,7 @@ def test_a_table_in_the_one_column_per_leaf_layout_is_still_served(make):
     client = make(cls=ReverbUniformReplay, server_address=owner.server_address,
                   table_name=owner.table_name)  # packs by default, follows the table
     _fill(client, 0, 4)
+    client.metrics()  # flushes the client's writer, so the owner's first read sees the items
     for buffer in (owner, client):
         window, info = buffer.sample(64, 2)
         t, env = window['t'].numpy(), window['env'].numpy()
