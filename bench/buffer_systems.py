@@ -602,6 +602,15 @@ def latency(call, seconds, calls_range):
             len(times))
 
 
+def measure_insert_only(name, kind, budget):
+    """Only the 32-env insert rate: one of the interleaved repeats `bench/buffers.py` pairs."""
+    system = build(name, kind, NUM_ENVS)
+    rate, _ = measure_insert(system, budget['seconds'])
+    log(f'{name}/{kind}: insert, {NUM_ENVS} envs: {rate:,.0f} transitions/s')
+    system.close()
+    return {'obs_bytes': Stream(kind, 1).obs_bytes, 'insert_32': rate}
+
+
 def measure_kind(name, kind, budget):
     """Every measurement of system `name` on data `kind`; returns a JSON-able dict."""
     seconds = budget['seconds']
@@ -654,6 +663,8 @@ def main(argv=None):
     parser.add_argument('--kind', action='append', choices=KINDS,
                         help='Data kind (repeatable; default: all).')
     parser.add_argument('--quick', action='store_true', help='Shrink fills and timings.')
+    parser.add_argument('--insert_only', action='store_true',
+                        help=f'Measure only the insert rate with {NUM_ENVS} envs.')
     opts = parser.parse_args(argv)
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
@@ -661,7 +672,8 @@ def main(argv=None):
     started = time.perf_counter()
     results = {'system': opts.system, 'affinity': sorted(os.sched_getaffinity(0)), 'kinds': {}}
     for kind in opts.kind or KINDS:
-        results['kinds'][kind] = measure_kind(opts.system, kind, budget)
+        measure = measure_insert_only if opts.insert_only else measure_kind
+        results['kinds'][kind] = measure(opts.system, kind, budget)
     results['wall_s'] = time.perf_counter() - started
     print('RESULT ' + json.dumps(results), flush=True)
     sys.stderr.flush()

@@ -1,10 +1,11 @@
 """A plain PyTorch SAC on Pendulum-v1, the peer the SAC issue compares against.
 
-Not part of `make bench` (PyTorch is not in requirements.lock): run it in a
-venv of its own, pinned to one core, beside `make bench --only sac_pendulum`:
+PyTorch is not in requirements.lock, so it runs in a venv of its own; `make
+bench` measures it (in the SAC section) when told where that venv is:
 
     python3.11 -m venv /tmp/torchvenv
     /tmp/torchvenv/bin/pip install torch==2.13.0 'numpy<2' gymnasium
+    make bench TORCH_PYTHON=/tmp/torchvenv/bin/python    # or, alone:
     taskset -c 0 /tmp/torchvenv/bin/python bench/pytorch_sac_peer.py
 
 Same work per env step as bench/sac_speed.py: one env, 1 gradient step per

@@ -3,6 +3,7 @@
     .venv/bin/python bench/run_all.py            # full: ~20 min if quiet; writes docs/benchmarks.md
     .venv/bin/python bench/run_all.py --quick    # shrunk budgets, to test the harness
     make bench ARGS='--cpus=all'                 # don't pin to one core
+    make bench TORCH_PYTHON=/tmp/torchvenv/bin/python   # measure the PyTorch SAC peer too
 
 Method. Every measurement is a whole training process launched as a
 subprocess and timed from start to exit. A system runs twice, with step
@@ -65,6 +66,10 @@ def parse_args(argv):
     parser.add_argument('--output', default=None,
                         help=f'Markdown file to write (default {os.path.relpath(DEFAULT_OUTPUT)}'
                              ' for a full run of every section).')
+    parser.add_argument('--torch_python', default=os.environ.get('TORCH_PYTHON'),
+                        help='A Python with torch and gymnasium (e.g. a venv of its own; '
+                             'default $TORCH_PYTHON): the SAC section then measures the '
+                             'PyTorch peer (bench/pytorch_sac_peer.py) instead of quoting it.')
     parser.add_argument('--log_dir', default=None,
                         help='Keep every run\'s time-stamped log here (default: a temp dir, '
                              'deleted unless a run fails).')

@@ -6,14 +6,21 @@ gamma 0.99, reward scale 1, target entropy -dim(A)/2 (TF-Agents' default),
 1,000 initial random steps, replay capacity 100,000, no evaluation inside the
 timed difference. The method is dqn_speed's (two budgets per system, rate =
 delta env steps / delta wall time, one core); so are the run plumbing and the
-exit-latency check, which are reused from there. The example has no PyTorch
-peer here (PyTorch is not installed), so the section quotes the issue's
-reference numbers next to what it measures.
+exit-latency check, which are reused from there.
+
+The PyTorch peer (bench/pytorch_sac_peer.py, same settings) needs torch,
+which requirements.lock does not carry: with `--torch_python` (or
+$TORCH_PYTHON) naming a Python that has it, the section runs the peer
+pinned the same way and compares against that measurement; without it,
+the issue's quoted reference (~100 env steps/s) stands in.
 """
 
 import math
+import re
 import shutil
+import subprocess
 import tempfile
+import time
 
 from bench import dqn_speed, timing
 from bench.dqn_speed import System
@@ -110,6 +117,38 @@ def systems():
     ]
 
 
+PEER_SCRIPT = 'bench/pytorch_sac_peer.py'
+PEER_STEPS = {'full': (8_000, 3_000), 'quick': (2_500, 1_500)}  # (steps, timing starts at)
+PEER_TIMEOUT_S = 900
+
+
+def measure_peer(opts):
+    """The PyTorch peer's env steps/s, or None without --torch_python.
+
+    The peer times itself between two env-step marks after its random warm-up
+    (its start-up cancels as in the two-budget method) and prints one line.
+    """
+    if not getattr(opts, 'torch_python', None):
+        return None
+    steps, mark = PEER_STEPS['quick' if opts.quick else 'full']
+    cmd = timing.pin_prefix(opts.cpus) + [opts.torch_python, PEER_SCRIPT, f'--steps={steps}',
+                                          f'--mark={mark}']
+    print(f'  [{time.strftime("%H:%M:%S")}] PyTorch peer: {timing.shorten(cmd)}', flush=True)
+    try:
+        done = subprocess.run(cmd, cwd=timing.REPO_ROOT, capture_output=True, text=True,
+                              timeout=PEER_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as error:
+        raise timing.BenchError(f'the PyTorch peer did not run ({error}): check '
+                                f'--torch_python={opts.torch_python}.') from None
+    found = re.search(r'(\d+) env steps .* in ([\d.]+) s = ([\d.]+) env steps/s', done.stdout)
+    if done.returncode != 0 or not found:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ['no output']
+        raise timing.BenchError(f'the PyTorch peer failed (exit {done.returncode}): {tail[0]}')
+    print(f'  [{time.strftime("%H:%M:%S")}] {done.stdout.strip()}', flush=True)
+    return {'steps': int(found.group(1)), 'seconds': float(found.group(2)),
+            'rate': float(found.group(3)), 'command': cmd}
+
+
 def section(opts):
     """Runs the comparison; returns its markdown."""
     budgets = QUICK_BUDGETS if opts.quick else FULL_BUDGETS
@@ -119,12 +158,16 @@ def section(opts):
                     for system in systems()]
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    return render(measured, budgets, opts)
+    peer = measure_peer(opts)
+    return render(measured, budgets, opts, peer)
 
 
-def render(measured, budgets, opts):
+def render(measured, budgets, opts, peer=None):
     example = next(rate.rate for system, rate, _ in measured if system.is_reference)
     ours = next(rate.rate for system, rate, _ in measured if not system.is_reference)
+    pytorch = peer['rate'] if peer else PYTORCH_REFERENCE
+    pytorch_label = (f'ratio vs PyTorch peer (measured, {pytorch:,.0f}/s)' if peer
+                     else f'ratio vs PyTorch reference ({PYTORCH_REFERENCE}/s, quoted)')
     out = ['## SAC on Pendulum: end-to-end env steps/s', '',
            'SAC on Pendulum-v1, 1 gradient step per env step, batch 256, 256×256 actor and '
            'critics, 1,000 initial random steps, the example\'s agent hyperparameters on both '
@@ -137,21 +180,30 @@ def render(measured, budgets, opts):
         per_cpu = rate.rate_per_cpu_s
         rows.append([system.name, f'{rate.delta_steps:,}', f'{rate.delta_s:.1f}',
                      _number(rate.rate), _ratio(rate.rate, example),
-                     _ratio(rate.rate, PYTORCH_REFERENCE),
+                     _ratio(rate.rate, pytorch),
                      'n/a' if not per_cpu or not example_cpu
                      else f'{per_cpu:,.0f} ({per_cpu / example_cpu:.2f}x)'])
+    if peer:
+        rows.append([f'PyTorch SAC peer ({PEER_SCRIPT}, torch, 1 thread)', f'{peer["steps"]:,}',
+                     f'{peer["seconds"]:.1f}', _number(peer['rate']),
+                     _ratio(peer['rate'], example), '1.00x', 'n/a'])
     for name, reference in REFERENCES:
         rows.append([f'_{name}_', '', '', f'~{reference}', '', '', ''])
     out += [timing.markdown_table(
         ['system', 'Δ env steps', 'Δ seconds', 'env steps/s', 'ratio vs TF-Agents example',
-         f'ratio vs PyTorch reference ({PYTORCH_REFERENCE}/s)',
-         'env steps per CPU-second (ratio)'], rows), '',
+         pytorch_label, 'env steps per CPU-second (ratio)'], rows), '',
         'The last column divides by Δ CPU time (user + system) instead of Δ wall time: on a '
         'quiet pinned core the two agree; when other jobs share the core, wall time stretches '
         'and CPU time much less, so that column is the steadier comparison.', '']
-    out += _verdicts(example, ours)
+    if peer:
+        out += ['The PyTorch peer runs in its own interpreter (torch is not in '
+                'requirements.lock), pinned the same way, and times itself from env step '
+                f'{peer["command"][-1].split("=")[1]} to its last step, after its random '
+                'warm-up: in-process timing, where ours and the example are timed by the '
+                'two-budget method; both leave start-up out.', '']
+    out += _verdicts(example, ours, pytorch, measured_peer=bool(peer))
     out += _exit_latency(measured)
-    out += _runs_and_commands(measured, budgets, opts)
+    out += _runs_and_commands(measured, budgets, opts, peer)
     if opts.quick:
         out += ['**Quick mode: budgets shrunk to test the harness; these numbers are noisy and '
                 'not a benchmark.**', '']
@@ -168,19 +220,25 @@ def _ratio(rate, reference):
     return f'{rate / reference:.2f}x' if ok else 'n/a'
 
 
-def _verdicts(example, ours):
+def _verdicts(example, ours, pytorch, measured_peer):
     def verdict(rate, reference, target):
         ratio = _ratio(rate, reference)
         met = ratio != 'n/a' and rate / reference >= target
         return f"{ratio} ({'met' if met else 'NOT met'})"
+    if measured_peer:
+        peer_line = (f'- Target ≥ {TARGET_VS_PYTORCH}× the PyTorch SAC peer measured above: '
+                     f'{verdict(ours, pytorch, TARGET_VS_PYTORCH)}.')
+    else:
+        peer_line = (f'- Target ≥ {TARGET_VS_PYTORCH}× the PyTorch SAC reference '
+                     f'({PYTORCH_REFERENCE} env steps/s, quoted from another machine; run '
+                     'with --torch_python to measure the peer here): '
+                     f'{verdict(ours, pytorch, TARGET_VS_PYTORCH)}.')
     return [
         f'- Target ≥ {TARGET_VS_EXAMPLE}× the example on one core: '
         f'{verdict(ours, example, TARGET_VS_EXAMPLE)}.',
-        f'- Target ≥ {TARGET_VS_PYTORCH}× the PyTorch SAC reference ({PYTORCH_REFERENCE} env '
-        f'steps/s, quoted, not measured: PyTorch is not installed): '
-        f'{verdict(ours, PYTORCH_REFERENCE, TARGET_VS_PYTORCH)}.',
-        '- The references were measured on another machine: compare the example measured '
-        'here with its reference (~80/s) before reading the PyTorch ratio.', '']
+        peer_line,
+        '- The quoted references were measured on another machine: compare the example '
+        'measured here with its reference (~80/s).', '']
 
 
 def _exit_latency(measured):
@@ -201,7 +259,7 @@ def _exit_latency(measured):
     return out
 
 
-def _runs_and_commands(measured, budgets, opts):
+def _runs_and_commands(measured, budgets, opts, peer):
     rows = []
     for system, rate, grads in measured:
         for run, steps, grad, budget in zip((rate.small, rate.large),
@@ -219,4 +277,7 @@ def _runs_and_commands(measured, budgets, opts):
         cmd = timing.pin_prefix(opts.cpus) + system.build(budgets[system.key][1], 'ROOT')
         out.append(f"# {system.name}{'' if system.cwd else ' (any directory)'}")
         out.append(timing.shorten(cmd))
+    if peer:
+        out.append('# PyTorch SAC peer (its own venv: pip install torch numpy<2 gymnasium)')
+        out.append(timing.shorten(peer['command']))
     return out + ['```', '']
