@@ -13,7 +13,7 @@ sections (`--cpus`, default one core) so numbers are per core and no
 system's threads, memory or Reverb server outlive it. Run alone:
 
     .venv/bin/python bench/run_all.py --only buffers --quick   # ~3 min, harness check
-    .venv/bin/python bench/run_all.py --only buffers            # full size, ~5 min
+    .venv/bin/python bench/run_all.py --only buffers            # full size, ~10 min
 """
 
 import json

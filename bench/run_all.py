@@ -1,6 +1,6 @@
 """Runs every benchmark and regenerates docs/benchmarks.md (`make bench`).
 
-    .venv/bin/python bench/run_all.py            # full: ~20 min if quiet; writes docs/benchmarks.md
+    .venv/bin/python bench/run_all.py            # full: ~55 min if quiet; writes docs/benchmarks.md
     .venv/bin/python bench/run_all.py --quick    # shrunk budgets, to test the harness
     make bench ARGS='--cpus=all'                 # don't pin to one core
     make bench TORCH_PYTHON=/tmp/torchvenv/bin/python   # measure the PyTorch SAC peer too
