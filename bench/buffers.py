@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import statistics
 import subprocess
 import sys
 import threading
@@ -105,12 +106,6 @@ def insert_pairs(opts):
                 ratios.append(ratio(rates[system], rates[REFERENCE[system]]))
             pairs[system, kind] = ratios
     return pairs
-
-
-def median(values):
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def worker_command(system, kind, opts, insert_only=False):
@@ -305,7 +300,7 @@ def render(results, failures, opts, seconds):
                 'difference between runs minutes apart. Ratio per pair, then the median.', '']
         rows = [[LABELS[system], LABELS[REFERENCE[system]], kind,
                  ', '.join(show_ratio(r) for r in ratios),
-                 show_ratio(median([r for r in ratios if r]) if any(ratios) else None)]
+                 show_ratio(statistics.median([r for r in ratios if r]) if any(ratios) else None)]
                 for (system, kind), ratios in pairs.items()]
         out += [timing.markdown_table(['backend', 'vs', 'data', 'pairs', 'median'], rows), '']
 
@@ -369,7 +364,7 @@ def acceptance(results):
 
     def insert_ratio(system, kind):
         ratios = [r for r in results.get('insert_pairs', {}).get((system, kind), []) if r]
-        return median(ratios) if ratios else None
+        return statistics.median(ratios) if ratios else None
 
     check('`uniform` sample vs `TFUniformReplayBuffer.as_dataset`, vectors',
           sample_ratio('uniform', 'vector'), 1.5)
