@@ -27,9 +27,10 @@ from experiment.export import export_policy
 from experiment.gin_utils import unused_bindings
 from experiment.loop import FusedLoop
 from experiment.progress import Progress
-from experiment.run import Interrupt, configure_tf, crossed
+from experiment.run import Interrupt, crossed
 from experiment.run_state import RunState
 from experiment.summaries import SummaryWriter
+from experiment.tf_setup import configure_tf
 
 
 @gin.configurable(denylist=['root_dir', 'seed', 'force'])

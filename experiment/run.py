@@ -33,6 +33,7 @@ from experiment.progress import Progress
 from experiment.run_state import RunState
 from experiment.schedules import linear_schedule
 from experiment.summaries import SummaryWriter
+from experiment.tf_setup import configure_tf
 from experiment.train_summaries import TrainSummaries
 
 
@@ -57,15 +58,6 @@ class Interrupt:
     def __exit__(self, *exc):
         if self._previous is not None:
             signal.signal(signal.SIGINT, self._previous)
-
-
-def configure_tf(seed, tf_threads):
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(tf_threads)
-        tf.config.threading.set_inter_op_parallelism_threads(tf_threads)
-    except RuntimeError:
-        pass  # TF already initialised in this process (tests run several experiments)
-    tf.random.set_seed(seed)
 
 
 def _validate(*, num_env_steps, collect_steps_per_iteration, num_envs, train_steps_per_iteration,

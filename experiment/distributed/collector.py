@@ -26,6 +26,7 @@ from envs.suite import make_env
 from experiment import tags
 from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import TRANSIENT, Role, Stopped, Watchdog, one_line, retry
+from experiment.tf_setup import configure_tf
 
 
 class _Collector:
@@ -145,7 +146,7 @@ def main(root_dir, *, address, collector_id=0, seed=0, force=False, verbose=True
     role = Role(name, give_up_after_s=settings.give_up_after_s)
     directory = common.role_dir(root_dir, 'collect', collector_id)
     common.prepare_dir(directory, force=force)
-    common.configure_tf(seed + collector_id, params['tf_threads'])
+    configure_tf(seed + collector_id, params['tf_threads'])
     collector = _Collector(role, settings, params, address=address, collector_id=collector_id,
                            seed=seed)
     summaries = common.RateSummaries(directory)

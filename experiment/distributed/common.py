@@ -31,15 +31,6 @@ def prepare_dir(directory, *, force):
     return rundir.prepare(directory, gin.config_str(), force=force)
 
 
-def configure_tf(seed, threads):
-    try:
-        tf.config.threading.set_intra_op_parallelism_threads(threads)
-        tf.config.threading.set_inter_op_parallelism_threads(threads)
-    except RuntimeError:
-        pass  # already initialised (tests run roles in-process)
-    tf.random.set_seed(seed)
-
-
 def build_agent(params, *, seed, env=None):
     """(agent, train_step, tf_env) for this config; `env` is made with `seed` if not given."""
     env = env if env is not None else make_env(seed=seed)

@@ -23,6 +23,7 @@ from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import Role, Stopped, Watchdog, retry
 from experiment.evaluation import Evaluator
 from experiment.run_state import RunState
+from experiment.tf_setup import configure_tf
 
 _POLL_S = 1.0
 
@@ -64,7 +65,7 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
     role = Role('eval', give_up_after_s=settings.give_up_after_s)
     directory = common.role_dir(root_dir, 'eval')
     common.prepare_dir(directory, force=force)
-    common.configure_tf(seed, params['tf_threads'])
+    configure_tf(seed, params['tf_threads'])
     evaluation = _Eval(role, settings, params, address=address, seed=seed)
     run_state = RunState()
     summaries = common.RateSummaries(directory)

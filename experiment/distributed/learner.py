@@ -25,6 +25,7 @@ from experiment.checkpointing import Checkpointer
 from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import TRANSIENT, Role, Stopped, Watchdog, one_line, retry
 from experiment.export import export_policy
+from experiment.tf_setup import configure_tf
 
 
 class _Learner:
@@ -94,7 +95,7 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
     role = Role('learner', give_up_after_s=settings.give_up_after_s)
     directory = common.role_dir(root_dir, 'learn')
     common.prepare_dir(directory, force=force)
-    common.configure_tf(seed, params['tf_threads'])
+    configure_tf(seed, params['tf_threads'])
     learner = _Learner(role, settings, params, address=address, directory=directory, seed=seed)
     restored = learner.checkpointer.restore_latest()
     if restored:

@@ -24,6 +24,7 @@ from buffers.base import validate_capacity
 from experiment import rundir
 from experiment.distributed import common, config, net, tables
 from experiment.distributed.waiting import Role, one_line
+from experiment.tf_setup import configure_tf
 
 _KEEP_CHECKPOINTS = 2
 
@@ -50,7 +51,7 @@ def main(root_dir, *, address, bind_all_interfaces=False, seed=0, force=False, v
     role = Role('replay', give_up_after_s=settings.give_up_after_s)
     directory = common.role_dir(root_dir, 'replay')
     common.prepare_dir(directory, force=force)
-    common.configure_tf(seed, params['tf_threads'])
+    configure_tf(seed, params['tf_threads'])
     agent, _, tf_env = common.build_agent(params, seed=seed)
     num_envs = tf_env.batch_size
     num_steps = common.num_steps_of(agent)
