@@ -14,13 +14,16 @@ DIST_GIN ?= configs/sac_pendulum_distributed.gin
 
 install: $(STAMP)
 
-# Rebuilt whenever requirements.lock changes; a half-built venv is removed.
-$(STAMP): requirements.lock
+# Rebuilt whenever requirements.lock changes; a half-built venv is removed. The project
+# itself is installed editable (no deps: the lock has them), so its packages import each
+# other from anywhere without sys.path edits.
+$(STAMP): requirements.lock pyproject.toml
 	@python=$$(scripts/find_python.sh) || exit 1; \
 	echo "Creating $(VENV) with $$python"; \
 	rm -rf $(VENV) && "$$python" -m venv $(VENV) && \
 	$(PY) -m pip install --quiet --upgrade pip && \
-	$(PY) -m pip install --quiet -r requirements.lock || { rm -rf $(VENV); exit 1; }
+	$(PY) -m pip install --quiet -r requirements.lock && \
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e . || { rm -rf $(VENV); exit 1; }
 	@touch $(STAMP)
 
 train: install

@@ -20,7 +20,7 @@ from tf_agents.policies import greedy_policy
 
 from agents import sac
 from agents.networks import make_optimizer
-from experiment.errors import UserError
+from core.errors import UserError
 
 
 class CqlSacAgent(cql_sac_agent.CqlSacAgent):

@@ -13,8 +13,8 @@ from tf_agents.utils import common
 
 from agents.networks import make_optimizer
 from agents.nstep import stop_windows_at_episode_end
-from experiment.errors import UserError
-from experiment.schedules import linear_schedule
+from core.errors import UserError
+from core.schedules import linear_schedule
 
 _LOSSES = {
     'huber': common.element_wise_huber_loss,

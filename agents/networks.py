@@ -2,7 +2,7 @@
 
 import tensorflow as tf
 
-from experiment.errors import UserError
+from core.errors import UserError
 
 _OPTIMIZERS = {
     'adam': tf.keras.optimizers.legacy.Adam,

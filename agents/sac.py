@@ -21,7 +21,7 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common, object_identity
 
 from agents.networks import make_optimizer
-from experiment.errors import UserError
+from core.errors import UserError
 
 
 class SacAgent(sac_agent.SacAgent):

@@ -666,7 +666,6 @@ def main(argv=None):
     parser.add_argument('--insert_only', action='store_true',
                         help=f'Measure only the insert rate with {NUM_ENVS} envs.')
     opts = parser.parse_args(argv)
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
     budget = QUICK if opts.quick else FULL
     started = time.perf_counter()

@@ -38,11 +38,8 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-# noqa: E402 below: these need the repo root on sys.path first.
-from bench import buffers, distributed, dqn_speed, sac_speed, timing  # noqa: E402
-from experiment.rundir import atomic_write_text  # noqa: E402
+from bench import buffers, distributed, dqn_speed, sac_speed, timing
+from core.rundir import atomic_write_text
 
 SECTIONS = [
     ('dqn_cartpole', dqn_speed.section),

@@ -10,7 +10,7 @@ from typing import Any, Mapping, NamedTuple, Protocol, runtime_checkable
 
 import tensorflow as tf
 
-from experiment.errors import UserError
+from core.errors import UserError
 
 
 class SampleInfo(NamedTuple):

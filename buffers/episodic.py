@@ -49,7 +49,7 @@ from tf_agents.trajectories.time_step import StepType
 
 from buffers.base import SampleInfo
 from buffers.uniform import UniformReplay
-from experiment.errors import UserError
+from core.errors import UserError
 
 _FIRST = int(StepType.FIRST)
 _LAST = int(StepType.LAST)

@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from buffers.base import SampleInfo
-from experiment.errors import UserError
+from core.errors import UserError
 
 
 def split_batch(batch_size, fraction):

@@ -28,7 +28,7 @@ import tensorflow as tf
 
 from buffers.base import SampleInfo
 from buffers.uniform import UniformReplay
-from experiment.errors import UserError
+from core.errors import UserError
 
 
 @gin.configurable

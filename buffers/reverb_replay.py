@@ -78,7 +78,7 @@ import reverb
 import tensorflow as tf
 
 from buffers.base import SampleInfo, validate_capacity
-from experiment.errors import UserError
+from core.errors import UserError
 
 _CHECKPOINT_PATTERN = re.compile(r'^ckpt-(\d+)$')
 _SIGNATURE_TIMEOUT_S = 30

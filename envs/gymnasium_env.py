@@ -12,7 +12,7 @@ from tf_agents.environments import py_environment
 from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
-from experiment.errors import UserError
+from core.errors import UserError
 
 _FLOAT32_INFO = np.finfo(np.float32)
 

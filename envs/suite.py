@@ -14,9 +14,9 @@ from gymnasium import error as gym_error
 from tf_agents.environments import parallel_py_environment
 from tf_agents.system import system_multiprocessing
 
+from core.errors import UserError
 from envs.batched import BatchedGymnasiumEnvironment
 from envs.gymnasium_env import GymnasiumEnvironment
-from experiment.errors import UserError
 
 
 @gin.configurable

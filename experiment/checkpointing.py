@@ -9,7 +9,7 @@ import os
 
 import tensorflow as tf
 
-from experiment.errors import UserError
+from core.errors import UserError
 
 
 class Checkpointer:

@@ -6,7 +6,7 @@ One Gin binding chooses, so a config file says what it is:
 
 import gin
 
-from experiment.errors import UserError
+from core.errors import UserError
 
 KINDS = ('online', 'offline')
 

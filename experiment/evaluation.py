@@ -35,3 +35,33 @@ class Evaluator:
             lengths += active
             done |= time_step.is_last()
         return float(returns.mean()), float(lengths.mean())
+
+
+def compare_policies(policy_dirs, *, env_id, episodes, seed):
+    """Plays every exported policy on the same seeded episodes (evaluate.py).
+
+    Env copy i is seeded with seed + i for every policy, so differences are the
+    policies', not the start states'.
+
+    Returns:
+      [(policy_dir, mean return, std of returns)], in the order given.
+    """
+    from envs.suite import make_env
+    from rlds_io.behaviour import load_saved_policy
+
+    results = []
+    for policy_dir in policy_dirs:
+        act = load_saved_policy(policy_dir)
+        env = make_env(env_id, num_envs=episodes, seed=seed)
+        time_step = env.reset()
+        returns = np.zeros(episodes)
+        done = np.zeros(episodes, bool)
+        while not done.all():
+            time_step = env.step(act(time_step))
+            returns += np.where(done, 0.0, time_step.reward)
+            done |= time_step.is_last()
+        env.close()
+        results.append((policy_dir, float(returns.mean()), float(returns.std())))
+        print(f"{policy_dir}: average return {returns.mean():.1f} ± {returns.std():.1f} "
+              f"over {episodes} episodes (seed {seed})", flush=True)
+    return results

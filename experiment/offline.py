@@ -16,21 +16,21 @@ import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 
 from buffers.uniform import UniformReplay
-from datasets.files import Dataset
-from datasets.importing import load_dataset_into_backend
+from core import rundir, tags
+from core.errors import UserError
+from core.export import export_policy
+from core.gin_utils import unused_bindings
+from core.tf_setup import configure_tf
 from envs.suite import make_env
-from experiment import rundir, tags
 from experiment.checkpointing import Checkpointer
-from experiment.errors import UserError
 from experiment.evaluation import Evaluator
-from experiment.export import export_policy
-from experiment.gin_utils import unused_bindings
 from experiment.loop import FusedLoop
 from experiment.progress import Progress
 from experiment.run import Interrupt, crossed
 from experiment.run_state import RunState
 from experiment.summaries import SummaryWriter
-from experiment.tf_setup import configure_tf
+from rlds_io.files import Dataset
+from rlds_io.importing import load_dataset_into_backend
 
 
 @gin.configurable(denylist=['root_dir', 'seed', 'force'])

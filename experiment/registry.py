@@ -11,8 +11,8 @@ import buffers.episodic  # noqa: F401
 import buffers.prioritized  # noqa: F401
 import buffers.reverb_replay  # noqa: F401
 import buffers.uniform  # noqa: F401
-import datasets.collect  # noqa: F401
 import envs.suite  # noqa: F401
+import experiment.dataset_collection  # noqa: F401
 import experiment.distributed.config  # noqa: F401
 import experiment.entry  # noqa: F401
 import experiment.offline  # noqa: F401

@@ -17,24 +17,24 @@ from tf_agents.metrics import tf_metrics
 
 from buffers.mixing import MixedReplay
 from buffers.uniform import UniformReplay
-from datasets.files import Dataset
-from datasets.importing import load_dataset_into_backend
-from datasets.recording import ExperienceRecorder
+from core import rundir, tags
+from core.errors import UserError
+from core.export import export_policy, export_snapshot
+from core.gin_utils import unused_bindings
+from core.schedules import linear_schedule
+from core.tf_setup import configure_tf
 from envs.suite import make_env
-from experiment import rundir, tags
 from experiment.buffer_probe import BufferProbe
 from experiment.checkpointing import Checkpointer
-from experiment.errors import UserError
 from experiment.evaluation import Evaluator
-from experiment.export import export_policy, export_snapshot
-from experiment.gin_utils import unused_bindings
 from experiment.loop import FusedLoop
 from experiment.progress import Progress
 from experiment.run_state import RunState
-from experiment.schedules import linear_schedule
 from experiment.summaries import SummaryWriter
-from experiment.tf_setup import configure_tf
 from experiment.train_summaries import TrainSummaries
+from rlds_io.files import Dataset
+from rlds_io.importing import load_dataset_into_backend
+from rlds_io.recording import ExperienceRecorder
 
 
 class Interrupt:

@@ -15,7 +15,7 @@ import os
 
 import tensorflow as tf
 
-from experiment import tags
+from core import tags
 
 
 class SummaryWriter:

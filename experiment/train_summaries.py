@@ -1,6 +1,6 @@
 """The periodic training summaries: agent, throughput and replay health."""
 
-from experiment import tags
+from core import tags
 from experiment.buffer_probe import RateTracker
 
 

@@ -13,7 +13,7 @@ import tempfile
 
 import numpy as np
 
-from experiment import rundir, tags
+from core import rundir, tags
 
 PNG_NAME = 'curves.png'
 CSV_NAME = 'curves.csv'

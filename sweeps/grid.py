@@ -9,7 +9,7 @@ finished trials and resumes the others from their checkpoints.
 import functools
 import itertools
 
-from experiment.errors import UserError
+from core.errors import UserError
 from sweeps import executor, naming, results, trial, validate
 
 

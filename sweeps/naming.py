@@ -10,7 +10,7 @@ import hashlib
 import math
 import re
 
-from experiment.errors import UserError
+from core.errors import UserError
 
 MAX_LABEL_CHARS = 100
 _UNSAFE = re.compile(r'[^A-Za-z0-9._+-]+')

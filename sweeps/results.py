@@ -13,7 +13,7 @@ import os
 
 import numpy as np
 
-from experiment import rundir
+from core import rundir
 
 CSV_NAME = 'results.csv'
 MARKDOWN_NAME = 'results.md'

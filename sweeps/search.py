@@ -31,7 +31,7 @@ import threading
 import time
 import warnings
 
-from experiment.errors import UserError
+from core.errors import UserError
 from sweeps import executor, naming, results, trial, validate
 
 OUTCOME = 'sweep_outcome'  # user attr: 'crashed' or 'surplus' on FAIL trials

@@ -35,7 +35,7 @@ import re
 
 import yaml
 
-from experiment.errors import UserError
+from core.errors import UserError
 from sweeps import naming
 
 SWEEP_KEYS = {'name', 'seeds', 'num_seeds', 'workers', 'bindings', 'grid', 'search'}

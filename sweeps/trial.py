@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 
-from experiment import rundir
+from core import rundir
 from sweeps import validate
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'train.py')

@@ -16,8 +16,8 @@ import threading
 import gin
 from gin import config as gin_config
 
-import train
-from experiment.errors import UserError
+from core.errors import UserError
+from experiment import cli
 from sweeps import naming
 
 _GIN_LOCK = threading.Lock()
@@ -40,18 +40,18 @@ class TrialConfig:
 def check_base(gin_files, bindings, spec_path):
     """Parses the configs and the sweep's fixed bindings; returns nothing, raises UserError."""
     with _GIN_LOCK:
-        train.load_gin_config(gin_files, [])
+        cli.load_gin_config(gin_files, [])
         try:
-            train.load_gin_config(gin_files, bindings)
+            cli.load_gin_config(gin_files, bindings)
         except UserError as error:
-            raise UserError(f"{train.one_line(error)} (in the bindings of {spec_path} or "
+            raise UserError(f"{cli.one_line(error)} (in the bindings of {spec_path} or "
                             "--gin_bindings)") from None
 
 
 def check_values(gin_files, bindings, key, values, spec_path):
     """Checks one swept binding: known to Gin, and each value of the right type."""
     with _GIN_LOCK:
-        train.load_gin_config(gin_files, bindings)
+        cli.load_gin_config(gin_files, bindings)
         default = _current_value(key)
     for value in values:
         problem = type_problem(value, default)
@@ -64,7 +64,7 @@ def check_values(gin_files, bindings, key, values, spec_path):
 def trial_config(gin_files, bindings):
     """Parses one full trial configuration; returns its TrialConfig (raises UserError)."""
     with _GIN_LOCK:
-        train.load_gin_config(gin_files, bindings)
+        cli.load_gin_config(gin_files, bindings)
         return TrialConfig(
             num_env_steps=_current_value('run.num_env_steps'),
             stop_at_target_return=bool(_current_value('run.stop_at_target_return')),
@@ -111,10 +111,10 @@ def _parse_one(gin_files, bindings, key, value, spec_path):
     binding = f'{key} = {naming.gin_literal(value, key)}'
     with _GIN_LOCK:
         try:
-            train.load_gin_config(gin_files, list(bindings) + [binding])
+            cli.load_gin_config(gin_files, list(bindings) + [binding])
         except UserError as error:
             raise UserError(f"Sweep binding {binding} in {spec_path} is refused: "
-                            f"{train.one_line(error)}") from None
+                            f"{cli.one_line(error)}") from None
         except Exception as error:  # Gin's tokenizer raises its own errors on bad syntax
             raise UserError(f"Sweep binding {binding} in {spec_path} does not parse: "
                             f"{error}; fix its value.") from None

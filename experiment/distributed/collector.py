@@ -22,11 +22,11 @@ from tf_agents.policies import random_tf_policy
 from tf_agents.trajectories import trajectory as trajectory_lib
 
 from buffers.reverb_replay import ReverbUniformReplay
+from core import tags
+from core.tf_setup import configure_tf
 from envs.suite import make_env
-from experiment import tags
 from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import TRANSIENT, Role, Stopped, Watchdog, one_line, retry
-from experiment.tf_setup import configure_tf
 
 
 class _Collector:

@@ -13,8 +13,8 @@ import gin
 import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 
+from core import rundir
 from envs.suite import make_env
-from experiment import rundir
 from experiment.distributed.config import REPLAY_TABLE
 from experiment.summaries import SummaryWriter
 

@@ -17,7 +17,7 @@ import math
 
 import gin
 
-from experiment.errors import UserError
+from core.errors import UserError
 
 REPLAY_TABLE = 'distributed_replay'
 

@@ -17,13 +17,13 @@ import time
 
 import gin
 
+from core import rundir, tags
+from core.tf_setup import configure_tf
 from envs.suite import make_env
-from experiment import rundir, tags
 from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import Role, Stopped, Watchdog, retry
 from experiment.evaluation import Evaluator
 from experiment.run_state import RunState
-from experiment.tf_setup import configure_tf
 
 _POLL_S = 1.0
 

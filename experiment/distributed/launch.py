@@ -20,29 +20,19 @@ role; it refuses to start if that is impossible here.
 """
 
 import argparse
-import json
 import os
 import signal
-import socket
-import subprocess
 import sys
-import time
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-if ROOT not in sys.path:
-    sys.path.insert(0, ROOT)
-
-from experiment.distributed import net  # noqa: E402
-from experiment.errors import UserError  # noqa: E402
-
-MAX_RESTARTS = 3
-PROGRESS_EVERY_S = 10.0
+from core.errors import UserError
+from experiment import cli
+from experiment.distributed import net
+from experiment.distributed.cluster import Cluster, free_port, run_cluster
 
 
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--gin_file', action='append', default=[])
-    parser.add_argument('--gin_bindings', action='append', default=[])
+    cli.add_gin_flags(parser)
     parser.add_argument('--collectors', type=int, default=2, help='Collector processes.')
     parser.add_argument('--root_dir', default=None,
                         help='Run directory (default: runs/<first config name>/seed_<seed>).')
@@ -60,229 +50,6 @@ def parse_args(argv):
     return parser.parse_args(argv)
 
 
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(('127.0.0.1', 0))
-        return probe.getsockname()[1]
-
-
-class Cluster:
-    """The role processes of one run: start, signal, restart, stop -- always bounded."""
-
-    def __init__(self, *, gin_files, gin_bindings=(), root_dir, port, seed=0, force=False,
-                 bind_all_interfaces=False, env=None):
-        self.gin_args = [f'--gin_file={f}' for f in gin_files] + \
-            [f'--gin_bindings={b}' for b in gin_bindings]
-        self.root_dir = root_dir
-        self.address = f'localhost:{port}'
-        self.seed = seed
-        self.force = force
-        self.bind_all_interfaces = bind_all_interfaces
-        self.env = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
-        self.procs = {}
-        self.restarts = {}
-        self.log_dir = os.path.join(root_dir, 'logs')
-        os.makedirs(self.log_dir, exist_ok=True)
-
-    def command(self, role, collector_id=0):
-        cmd = [sys.executable, os.path.join(ROOT, 'train.py'), f'--role={role}', *self.gin_args,
-               f'--root_dir={self.root_dir}', f'--replay_address={self.address}',
-               f'--seed={self.seed}']
-        if role == 'collect':
-            cmd.append(f'--collector_id={collector_id}')
-        if role == 'replay' and self.bind_all_interfaces:
-            cmd.append('--bind_all_interfaces')
-        if self.force:
-            cmd.append('--force')
-        return cmd
-
-    @staticmethod
-    def name_of(role, collector_id=0):
-        return {'replay': 'replay', 'learn': 'learner', 'eval': 'eval'}.get(
-            role, f'collector_{collector_id}')
-
-    def log_path(self, name):
-        return os.path.join(self.log_dir, f'{name}.log')
-
-    def start(self, role, collector_id=0):
-        """Starts one role (in its own session, so a terminal's Ctrl-C reaches only us)."""
-        name = self.name_of(role, collector_id)
-        if name in self.procs and self.procs[name][0].poll() is None:
-            raise RuntimeError(f'{name} is already running')
-        with open(self.log_path(name), 'a') as log:
-            log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name} ===\n")
-            log.flush()
-            proc = subprocess.Popen(self.command(role, collector_id), cwd=ROOT, env=self.env,
-                                    stdin=subprocess.DEVNULL, stdout=log,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs[name] = (proc, role, collector_id)
-        return name
-
-    def restart(self, name):
-        _, role, collector_id = self.procs[name]
-        return self.start(role, collector_id)
-
-    def alive(self, name):
-        return name in self.procs and self.procs[name][0].poll() is None
-
-    def returncode(self, name):
-        return self.procs[name][0].poll()
-
-    def kill(self, name, signum=signal.SIGKILL):
-        proc = self.procs[name][0]
-        if proc.poll() is None:
-            proc.send_signal(signum)
-        if signum == signal.SIGKILL:
-            proc.wait(timeout=30)
-
-    def stop(self, names, grace_s=60.0):
-        """SIGINT to `names` at once; SIGKILL to any still running after `grace_s`."""
-        live = [name for name in names if self.alive(name)]
-        for name in live:
-            self.procs[name][0].send_signal(signal.SIGINT)
-        deadline = time.monotonic() + grace_s
-        for name in live:
-            proc = self.procs[name][0]
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
-
-    def stop_all(self, grace_s=60.0):
-        """Workers first (the learner checkpoints), the replay server last (it checkpoints)."""
-        self.stop([name for name in self.procs if name != 'replay'], grace_s)
-        self.stop(['replay'], grace_s)
-
-    def tail(self, name, lines=15):
-        try:
-            with open(self.log_path(name)) as log:
-                return ''.join(log.readlines()[-lines:])
-        except OSError:
-            return ''
-
-
-def wait_for_server(address, *, timeout_s, deadline_s, alive):
-    """Blocks until the server answers (bounded by `deadline_s`); returns its table names."""
-    import reverb
-
-    start = time.monotonic()
-    while True:
-        try:
-            return sorted(reverb.Client(address).server_info(max(1, int(timeout_s))))
-        except (RuntimeError, ConnectionError, TimeoutError, reverb.errors.ReverbError) as error:
-            if not alive():
-                raise UserError(f"the replay server at {address} exited during start-up "
-                                "(see its log)") from None
-            if time.monotonic() - start > deadline_s:
-                raise UserError(f"the replay server at {address} did not answer within "
-                                f"{deadline_s:.0f} s: {str(error).splitlines()[0][:160]}") from None
-            time.sleep(0.5)
-
-
-def read_metrics(directory):
-    try:
-        with open(os.path.join(directory, 'metrics.json')) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def run_cluster(cluster, *, collectors, eval_role=True, settings, params, verbose=True):
-    """Runs a whole cluster to its end (or Ctrl-C); returns the combined metrics."""
-    start = time.monotonic()
-    say = (lambda text: print(text, flush=True)) if verbose else (lambda text: None)
-    final = 'eval' if eval_role else 'learner'
-    interrupted = False
-    try:
-        cluster.start('replay')
-        wait_for_server(cluster.address, timeout_s=settings.timeout_s,
-                        deadline_s=settings.give_up_after_s,
-                        alive=lambda: cluster.alive('replay'))
-        names = [cluster.start('learn')]
-        names += [cluster.start('collect', i) for i in range(collectors)]
-        if eval_role:
-            names.append(cluster.start('eval'))
-        say(f"replay server at {cluster.address}; roles and their logs:")
-        for name in ['replay', *names]:
-            say(f"  {name:<12} pid {cluster.procs[name][0].pid:<8} {cluster.log_path(name)}")
-        _supervise(cluster, final, say, params, start)
-    except KeyboardInterrupt:
-        interrupted = True
-        say("interrupted: stopping every role (the learner and the replay server checkpoint); "
-            "Ctrl-C again kills them at once")
-    finally:
-        _on_second_interrupt(cluster)
-        cluster.stop_all()
-    metrics = {
-        'eval': read_metrics(os.path.join(cluster.root_dir, 'eval')),
-        'learner': read_metrics(os.path.join(cluster.root_dir, 'learner')),
-        'replay': read_metrics(os.path.join(cluster.root_dir, 'replay')),
-        'collectors': collectors, 'interrupted': interrupted,
-        'restarts': dict(cluster.restarts),
-        'wall_time_s': time.monotonic() - start,
-        'exit_codes': {name: cluster.returncode(name) for name in cluster.procs},
-    }
-    return metrics
-
-
-def _on_second_interrupt(cluster):
-    """While stopping, Ctrl-C (or SIGTERM) SIGKILLs every role instead of aborting the stop."""
-    def kill_all(signum, frame):
-        del signum, frame
-        for name in cluster.procs:
-            if cluster.alive(name):
-                cluster.procs[name][0].kill()
-
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        try:
-            signal.signal(signum, kill_all)
-        except ValueError:  # not the main thread (tests): nothing to catch there
-            pass
-
-
-def _supervise(cluster, final, say, params, start):
-    """Waits for the final role; restarts crashed roles; prints progress."""
-    next_line = time.monotonic() + PROGRESS_EVERY_S
-    while True:
-        time.sleep(0.5)
-        for name in list(cluster.procs):
-            code = cluster.returncode(name)
-            if code is None or code == 0:
-                continue
-            count = cluster.restarts.get(name, 0)
-            if count >= MAX_RESTARTS:
-                raise UserError(f"{name} failed {count + 1} times (exit {code}); last lines of "
-                                f"{cluster.log_path(name)}:\n{cluster.tail(name)}")
-            cluster.restarts[name] = count + 1
-            say(f"{name} exited with status {code}; restarting it ({count + 1}/{MAX_RESTARTS}), "
-                f"see {cluster.log_path(name)}")
-            cluster.restart(name)
-        if cluster.returncode(final) == 0:
-            return
-        if time.monotonic() >= next_line:
-            next_line = time.monotonic() + PROGRESS_EVERY_S
-            say(_progress_line(cluster, params, start))
-
-
-def _progress_line(cluster, params, start):
-    import reverb
-
-    from experiment.distributed import common
-
-    evaluation = read_metrics(os.path.join(cluster.root_dir, 'eval')) or {}
-    last = evaluation.get('final_eval_return')
-    text = 'n/a' if last is None else f"{last:.1f} at env step {evaluation['last_eval_env_step']:,}"
-    try:
-        counters = common.replay_counters(reverb.Client(cluster.address).server_info(2))
-        steps = f"{counters['inserted']:>9,}"
-    except (RuntimeError, reverb.errors.ReverbError):
-        steps = '        ?'
-    running = sum(cluster.alive(name) for name in cluster.procs)
-    return (f"env step {steps}/{params['num_env_steps']:,} | last eval {text} | "
-            f"{time.monotonic() - start:6.0f} s | {running}/{len(cluster.procs)} roles up")
-
-
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -298,17 +65,13 @@ def main(argv=None):
                 "failed or is missing), and Reverb would listen on every interface: pass "
                 "--bind_all_interfaces on a trusted network (Reverb has no authentication).")
         os.execvpe(command[0], command, dict(os.environ, **{net.NETNS_ENV: '1'}))
-    import train
     from experiment.distributed import config
-    from experiment.quiet import quiet_startup
-    from experiment.versions import check_versions
 
-    check_versions()
-    quiet_startup()
-    train.load_gin_config(args.gin_file, args.gin_bindings)
+    cli.start_up()
+    cli.load_gin_config(args.gin_file, args.gin_bindings)
     params, settings = config.run_params(), config.settings()
     config.validate(settings, params)
-    root_dir = args.root_dir or train.default_root_dir(args.gin_file, args.seed)
+    root_dir = args.root_dir or cli.default_root_dir(args.gin_file, args.seed)
     cluster = Cluster(gin_files=args.gin_file, gin_bindings=args.gin_bindings,
                       root_dir=root_dir, port=args.port or free_port(), seed=args.seed,
                       force=args.force, bind_all_interfaces=args.bind_all_interfaces)
@@ -321,16 +84,10 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt()
 
 
-def cli():
+def _run():
     signal.signal(signal.SIGTERM, _interrupt)  # `kill` stops the run like Ctrl-C does
-    try:
-        metrics = main()
-    except UserError as error:
-        print(f"error: {str(error).strip()}", file=sys.stderr, flush=True)
-        return 2
-    print('final metrics: ' + json.dumps(metrics, sort_keys=True), flush=True)
-    return 0
+    return main()
 
 
 if __name__ == '__main__':
-    sys.exit(cli())
+    sys.exit(cli.run_cli(_run, result_label='final metrics', whole_errors=True))

@@ -20,12 +20,12 @@ import time
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
-from experiment import rundir, tags
+from core import rundir, tags
+from core.export import export_policy
+from core.tf_setup import configure_tf
 from experiment.checkpointing import Checkpointer
 from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import TRANSIENT, Role, Stopped, Watchdog, one_line, retry
-from experiment.export import export_policy
-from experiment.tf_setup import configure_tf
 
 
 class _Learner:

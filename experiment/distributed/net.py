@@ -20,7 +20,7 @@ import shutil
 import socket
 import subprocess
 
-from experiment.errors import UserError
+from core.errors import UserError
 
 _IFF_UP = 0x1
 NETNS_ENV = 'DISTRIBUTED_PRIVATE_NETNS'  # set inside the launcher's private namespace

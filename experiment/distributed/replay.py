@@ -21,10 +21,10 @@ import time
 import reverb
 
 from buffers.base import validate_capacity
-from experiment import rundir
+from core import rundir
+from core.tf_setup import configure_tf
 from experiment.distributed import common, config, net, tables
 from experiment.distributed.waiting import Role, one_line
-from experiment.tf_setup import configure_tf
 
 _KEEP_CHECKPOINTS = 2
 

@@ -1,6 +1,6 @@
 """One entry point for the four roles, as `train.py --role=...` calls them."""
 
-from experiment.errors import UserError
+from core.errors import UserError
 
 ROLES = ('replay', 'collect', 'learn', 'eval')
 

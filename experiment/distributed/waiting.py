@@ -21,7 +21,7 @@ import time
 import reverb
 import tensorflow as tf
 
-from experiment.errors import UserError
+from core.errors import UserError
 
 EXIT_GAVE_UP = 3
 # Errors a peer's absence or a rate limiter's hold can raise (Reverb raises

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from experiment.distributed.launch import Cluster, free_port
+from experiment.distributed.cluster import Cluster, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GIN_FILES = ['configs/sac_pendulum_distributed.gin', 'configs/testing/tiny_sac.gin']

@@ -5,9 +5,9 @@ import os
 import gin
 import pytest
 
-import train
+from core.errors import UserError
+from experiment import cli
 from experiment.distributed import config, net
-from experiment.errors import UserError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = 'configs/sac_pendulum_distributed.gin'
@@ -19,7 +19,7 @@ def parse():
     os.chdir(ROOT)
 
     def parse_with(*bindings):
-        train.load_gin_config([CONFIG], list(bindings))
+        cli.load_gin_config([CONFIG], list(bindings))
         return config.settings(), config.run_params()
 
     yield parse_with
@@ -81,9 +81,9 @@ def test_a_role_without_an_address_is_refused(tmp_path):
     os.chdir(ROOT)
     try:
         with pytest.raises(UserError, match='needs --replay_address'):
-            train.main([f'--gin_file={CONFIG}', '--role=collect', f'--root_dir={tmp_path}'])
+            cli.train_main([f'--gin_file={CONFIG}', '--role=collect', f'--root_dir={tmp_path}'])
         with pytest.raises(UserError, match='replay only'):
-            train.main([f'--gin_file={CONFIG}', '--role=learn', '--replay_address=localhost:1',
+            cli.train_main([f'--gin_file={CONFIG}', '--role=learn', '--replay_address=localhost:1',
                         '--bind_all_interfaces', f'--root_dir={tmp_path}'])
     finally:
         gin.clear_config()

@@ -2,7 +2,7 @@
 
 import pytest
 
-import train
+from experiment import cli
 from tests.smoke.test_train import ROOT
 
 BACKENDS = ['uniform', 'prioritized', 'reverb_uniform', 'reverb_prioritized']
@@ -12,7 +12,7 @@ BACKENDS = ['uniform', 'prioritized', 'reverb_uniform', 'reverb_prioritized']
 @pytest.mark.parametrize('backend', BACKENDS)
 def test_dqn_cartpole_learns_with_backend(backend, tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    metrics = train.main([
+    metrics = cli.train_main([
         '--gin_file=configs/dqn_cartpole.gin',
         f'--gin_file=configs/buffers/{backend}.gin',
         f'--root_dir={tmp_path / "run"}',

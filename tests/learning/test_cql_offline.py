@@ -9,8 +9,7 @@ offline result.
 
 import pytest
 
-import make_dataset
-import train
+from experiment import cli
 from tests.smoke.test_train import ROOT
 
 
@@ -18,25 +17,25 @@ from tests.smoke.test_train import ROOT
 def test_cql_beats_the_behaviour_policy_then_improves_online(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
     expert_dir = str(tmp_path / 'sac')
-    train.main(['--gin_file=configs/sac_pendulum.gin', f'--root_dir={expert_dir}',
+    cli.train_main(['--gin_file=configs/sac_pendulum.gin', f'--root_dir={expert_dir}',
                 '--gin_bindings=run.num_env_steps=5000',
                 '--gin_bindings=run.policy_snapshot_interval=500'])
     dataset = str(tmp_path / 'medium')
-    behaviour = make_dataset.main([
+    behaviour = cli.make_dataset_main([
         '--gin_file=configs/datasets/pendulum_medium.gin', f'--output_dir={dataset}',
         f'--gin_bindings=make_dataset.run_dir="{expert_dir}"',
         '--gin_bindings=make_dataset.num_steps=20000'])['average_return']
     assert -900 <= behaviour <= -400, behaviour
 
     offline_dir = str(tmp_path / 'cql')
-    offline = train.main(['--gin_file=configs/cql_sac_pendulum_offline.gin',
+    offline = cli.train_main(['--gin_file=configs/cql_sac_pendulum_offline.gin',
                           f'--root_dir={offline_dir}',
                           f'--gin_bindings=train_offline.dataset_dir="{dataset}"',
                           '--gin_bindings=train_offline.num_train_steps=10000',
                           '--gin_bindings=train_offline.eval_interval=2500'])
     assert offline['best_eval_return'] >= behaviour + 100, offline
 
-    online = train.main(['--gin_file=configs/cql_sac_pendulum_online.gin',
+    online = cli.train_main(['--gin_file=configs/cql_sac_pendulum_online.gin',
                          f'--root_dir={tmp_path / "online"}',
                          f'--gin_bindings=run.initialize_from="{offline_dir}"',
                          f'--gin_bindings=run.logged_dataset="{dataset}"'])

@@ -2,14 +2,14 @@
 
 import pytest
 
-import train
+from experiment import cli
 from tests.smoke.test_train import ROOT
 
 
 @pytest.mark.slow
 def test_dqn_cartpole_reaches_475_within_50k_env_steps(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    metrics = train.main([
+    metrics = cli.train_main([
         '--gin_file=configs/dqn_cartpole.gin',
         f'--root_dir={tmp_path / "run"}',
         '--seed=0',

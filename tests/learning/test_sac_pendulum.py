@@ -2,14 +2,14 @@
 
 import pytest
 
-import train
+from experiment import cli
 from tests.smoke.test_train import ROOT
 
 
 @pytest.mark.slow
 def test_sac_pendulum_reaches_minus_200_within_20k_env_steps(tmp_path, monkeypatch):
     monkeypatch.chdir(ROOT)
-    metrics = train.main([
+    metrics = cli.train_main([
         '--gin_file=configs/sac_pendulum.gin',
         f'--root_dir={tmp_path / "run"}',
         '--seed=0',

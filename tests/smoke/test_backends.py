@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-import train
+from experiment import cli
 from tests.smoke.test_train import ROOT, TINY, read_scalars
 
 
@@ -24,7 +24,7 @@ def test_tiny_run_with_backend(mixin, tmp_path, monkeypatch):
     args = TINY + [f'--gin_file={mixin}', f'--root_dir={root_dir}',
                    '--gin_bindings=run.num_env_steps=200',
                    '--gin_bindings=run.export_final_policy=False']
-    metrics = train.main(args)
+    metrics = cli.train_main(args)
     assert metrics['env_steps'] == 200 and metrics['train_steps'] > 0
     assert metrics['unused_bindings'] == []
     scalars = read_scalars(root_dir)

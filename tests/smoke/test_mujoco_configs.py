@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-import train
+from core import tags
 from envs.suite import make_env
-from experiment import tags
+from experiment import cli
 from tests.smoke.test_train import ROOT, read_scalars
 
 CONFIGS = ['configs/sac_halfcheetah.gin', 'configs/sac_hopper.gin']
@@ -34,7 +34,7 @@ def mujoco_run(request, tmp_path_factory):
     os.chdir(ROOT)
     argv = [f'--gin_file={request.param}', '--gin_file=configs/testing/tiny_sac.gin',
             f'--root_dir={root_dir}', '--seed=1']
-    metrics = train.main(argv + [f'--gin_bindings={binding}' for binding in BINDINGS])
+    metrics = cli.train_main(argv + [f'--gin_bindings={binding}' for binding in BINDINGS])
     return root_dir, metrics
 
 

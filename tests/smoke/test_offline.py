@@ -5,9 +5,8 @@ import os
 
 import pytest
 
-import make_dataset
-import train
-from experiment.errors import UserError
+from core.errors import UserError
+from experiment import cli
 from tests.smoke.test_train import ROOT, read_scalars
 
 TINY_SAC = ['--gin_file=configs/sac_pendulum.gin', '--gin_file=configs/testing/tiny_sac.gin']
@@ -25,7 +24,7 @@ def workdir(tmp_path_factory):
 def sac_run(workdir):
     """A tiny SAC run with policy snapshots that also records its experience."""
     root_dir = str(workdir / 'sac')
-    metrics = train.main(TINY_SAC + [f'--root_dir={root_dir}',
+    metrics = cli.train_main(TINY_SAC + [f'--root_dir={root_dir}',
                                      '--gin_bindings=run.num_env_steps=404',
                                      '--gin_bindings=run.policy_snapshot_interval=200',
                                      '--gin_bindings=run.record_dataset=True'])
@@ -35,7 +34,7 @@ def sac_run(workdir):
 @pytest.fixture(scope='module')
 def random_dataset(workdir):
     path = str(workdir / 'random')
-    metadata = make_dataset.main(['--gin_file=configs/datasets/pendulum_random.gin',
+    metadata = cli.make_dataset_main(['--gin_file=configs/datasets/pendulum_random.gin',
                                   '--gin_bindings=make_dataset.num_steps=2000',
                                   '--gin_bindings=make_env.num_envs=4', f'--output_dir={path}'])
     return path, metadata
@@ -64,7 +63,7 @@ def test_medium_dataset_uses_the_snapshot_closest_to_the_target(sac_run, workdir
     root_dir, _ = sac_run
     with open(os.path.join(root_dir, 'policies', 'step_200', 'snapshot.json')) as f:
         target = json.load(f)['eval_return']
-    metadata = make_dataset.main(
+    metadata = cli.make_dataset_main(
         ['--gin_file=configs/datasets/pendulum_medium.gin', f'--output_dir={workdir}/medium',
          f'--gin_bindings=make_dataset.run_dir="{root_dir}"',
          f'--gin_bindings=make_dataset.target_return={target}',
@@ -75,7 +74,7 @@ def test_medium_dataset_uses_the_snapshot_closest_to_the_target(sac_run, workdir
 def test_offline_cql_then_offline_to_online(random_dataset, workdir):
     path, metadata = random_dataset
     offline_dir = str(workdir / 'cql')
-    offline = train.main(TINY_CQL + [f'--root_dir={offline_dir}',
+    offline = cli.train_main(TINY_CQL + [f'--root_dir={offline_dir}',
                                      f'--gin_bindings=train_offline.dataset_dir="{path}"'])
     assert offline['train_steps'] == 200
     assert offline['dataset_steps'] == metadata['num_steps']
@@ -86,7 +85,7 @@ def test_offline_cql_then_offline_to_online(random_dataset, workdir):
     assert [step for step, _ in scalars['eval/AverageReturn']] == [0, 100, 200]
 
     online_dir = str(workdir / 'online')
-    online = train.main(
+    online = cli.train_main(
         ['--gin_file=configs/cql_sac_pendulum_online.gin',
          '--gin_file=configs/testing/tiny_run.gin',
          '--gin_file=configs/testing/tiny_cql_online.gin',
@@ -103,9 +102,9 @@ def test_offline_cql_then_offline_to_online(random_dataset, workdir):
 
 def test_bad_dataset_inputs_are_one_line_errors(workdir):
     with pytest.raises(UserError, match='No RLDS dataset at'):
-        train.main(TINY_CQL + [f'--root_dir={workdir}/bad',
+        cli.train_main(TINY_CQL + [f'--root_dir={workdir}/bad',
                                '--gin_bindings=train_offline.dataset_dir="/nonexistent"'])
     with pytest.raises(UserError, match="kind must be one of random, expert, medium"):
-        make_dataset.main(['--gin_file=configs/datasets/pendulum_random.gin',
+        cli.make_dataset_main(['--gin_file=configs/datasets/pendulum_random.gin',
                            '--gin_bindings=make_dataset.kind="replay"',
                            f'--output_dir={workdir}/x'])

@@ -8,7 +8,7 @@ import time
 
 import tensorflow as tf
 
-import train
+from experiment import cli
 from tests.smoke.test_train import ROOT, TINY, read_scalars
 
 BUDGET = 12_000
@@ -67,7 +67,7 @@ def test_sigkill_then_sigint_then_finish(tmp_path):
     stopped_at = int(output.split('Interrupted at env step ')[1].split(':')[0].replace(',', ''))
     assert latest_checkpoint_step(root_dir) == stopped_at > first_checkpoint
 
-    metrics = train.main(ARGS + [f'--root_dir={root_dir}'])
+    metrics = cli.train_main(ARGS + [f'--root_dir={root_dir}'])
     assert metrics['env_steps'] == BUDGET
     # Every gradient step was taken exactly once across the three processes.
     assert metrics['train_steps'] == (BUDGET - INITIAL) // CHUNK * TRAIN_PER_CHUNK
@@ -83,12 +83,12 @@ def test_sigkill_then_sigint_then_finish(tmp_path):
 def test_half_written_checkpoint_leaves_the_previous_one_usable(tmp_path):
     root_dir = str(tmp_path / 'run')
     args = TINY + [f'--root_dir={root_dir}', '--gin_bindings=run.export_final_policy=False']
-    first = train.main(args)
+    first = cli.train_main(args)
     # A write killed midway leaves files of a newer checkpoint that the state file never named.
     for suffix in ('.index', '.data-00000-of-00001'):
         with open(os.path.join(root_dir, 'checkpoints', f'ckpt-999{suffix}'), 'wb') as f:
             f.write(b'\x00' * 10)
-    again = train.main(args)
+    again = cli.train_main(args)
     assert again['env_steps'] == first['env_steps']
     assert again['train_steps'] == first['train_steps']
 

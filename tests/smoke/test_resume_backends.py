@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-import train
+from experiment import cli
 from tests.smoke.test_backends import backend_mixins
 from tests.smoke.test_resume import CAPACITY, latest_checkpoint_step, signal_after_checkpoint_beyond
 from tests.smoke.test_train import ROOT, TINY, read_scalars
@@ -28,7 +28,7 @@ def test_sigkill_resume_restores_every_backend(mixin, tmp_path):
     signal_after_checkpoint_beyond(process, root_dir, 0, signal.SIGKILL)
     killed_at = latest_checkpoint_step(root_dir)
     # Finish early: a shorter budget is a config change, so it needs --force.
-    metrics = train.main(args + [f'--gin_bindings=run.num_env_steps={killed_at + 200}',
+    metrics = cli.train_main(args + [f'--gin_bindings=run.num_env_steps={killed_at + 200}',
                                  '--force'])
     assert metrics['env_steps'] == killed_at + 200
     sizes = [(step, size) for step, size in read_scalars(root_dir)['buffer/size']

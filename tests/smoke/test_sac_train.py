@@ -7,8 +7,8 @@ import pytest
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
-import train
-from experiment import tags
+from core import tags
+from experiment import cli
 from tests.smoke.test_train import ROOT, read_scalars
 
 TINY_SAC = ['--gin_file=configs/sac_pendulum.gin', '--gin_file=configs/testing/tiny_sac.gin']
@@ -19,7 +19,7 @@ def tiny_sac_run(tmp_path_factory):
     """One shared tiny SAC run (tracing TF is the slow part; do it once)."""
     root_dir = str(tmp_path_factory.mktemp('tiny_sac') / 'run')
     os.chdir(ROOT)
-    metrics = train.main(TINY_SAC + [f'--root_dir={root_dir}', '--seed=3'])
+    metrics = cli.train_main(TINY_SAC + [f'--root_dir={root_dir}', '--seed=3'])
     return root_dir, metrics
 
 

@@ -23,9 +23,9 @@ import pytest
 import tensorflow as tf
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-import sweep
-from experiment import tags
-from experiment.errors import UserError
+from core import tags
+from core.errors import UserError
+from sweeps import cli as sweep_cli
 from sweeps import log
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -84,7 +84,7 @@ def grid_sweep(tmp_path_factory):
     finished_before = {e['trial'] for e in before if e['event'] == 'finish'}
     mtimes = {name: os.stat(os.path.join(sweep_dir, name, 'metrics.json')).st_mtime_ns
               for name in finished_before}
-    summary = sweep.main(args)
+    summary = sweep_cli.main(args)
     return {'dir': sweep_dir, 'args': args, 'summary': summary, 'before': before,
             'finished_before': finished_before, 'mtimes': mtimes,
             'after': log.read(sweep_dir)[len(before):]}
@@ -181,7 +181,7 @@ def test_killed_sweep_reruns_only_what_was_left(grid_sweep):
 
 def test_rerunning_a_finished_sweep_runs_nothing(grid_sweep):
     count = len(log.read(grid_sweep['dir']))
-    summary = sweep.main(grid_sweep['args'])
+    summary = sweep_cli.main(grid_sweep['args'])
     new = log.read(grid_sweep['dir'])[count:]
     assert [e['event'] for e in new].count('skip') == 4
     assert 'start' not in [e['event'] for e in new]
@@ -195,7 +195,7 @@ def test_edited_sweep_file_is_refused_before_anything_runs(grid_sweep, tmp_path)
             for arg in grid_sweep['args']]
     count = len(log.read(grid_sweep['dir']))
     with pytest.raises(UserError, match=r'4 trial dir\(s\) hold runs of another config.*--force'):
-        sweep.main(args)
+        sweep_cli.main(args)
     assert len(log.read(grid_sweep['dir'])) == count
 
 
@@ -212,7 +212,7 @@ def test_bad_bindings_are_refused_before_any_trial_starts(tmp_path, grid, messag
     spec_path = tmp_path / 'bad.yaml'
     spec_path.write_text(f'name: bad\ngrid:\n  {grid}\n')
     with pytest.raises(UserError, match=message) as error:
-        sweep.main(TINY + [f'--sweep={spec_path}', f'--root_dir={tmp_path / "runs"}'])
+        sweep_cli.main(TINY + [f'--sweep={spec_path}', f'--root_dir={tmp_path / "runs"}'])
     assert '\n' not in str(error.value)
     assert not os.path.exists(tmp_path / 'runs')  # nothing was started, not even the log
 

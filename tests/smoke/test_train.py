@@ -11,9 +11,9 @@ import pytest
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
-import train
-from experiment import tags
-from experiment.errors import UserError
+from core import tags
+from core.errors import UserError
+from experiment import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ['--gin_file=configs/dqn_cartpole.gin', '--gin_file=configs/testing/tiny.gin']
@@ -36,7 +36,7 @@ def tiny_run(tmp_path_factory):
     """One shared tiny training run (tracing TF is the slow part; do it once)."""
     root_dir = str(tmp_path_factory.mktemp('tiny') / 'run')
     os.chdir(ROOT)
-    metrics = train.main(TINY + [f'--root_dir={root_dir}', '--seed=3'])
+    metrics = cli.train_main(TINY + [f'--root_dir={root_dir}', '--seed=3'])
     return root_dir, metrics
 
 
@@ -89,7 +89,7 @@ def test_exported_policy_acts_with_plain_tensorflow(tiny_run):
 
 def test_rerun_of_a_finished_run_resumes_and_changes_nothing(tiny_run):
     root_dir, metrics = tiny_run
-    again = train.main(TINY + [f'--root_dir={root_dir}', '--seed=3'])
+    again = cli.train_main(TINY + [f'--root_dir={root_dir}', '--seed=3'])
     assert again['env_steps'] == metrics['env_steps']
     assert again['train_steps'] == metrics['train_steps']
     # Run-level results come back from the checkpoint instead of starting over.
@@ -102,8 +102,8 @@ def test_changed_config_is_refused_unless_forced(tiny_run):
     changed = TINY + [f'--root_dir={root_dir}', '--seed=3',
                       '--gin_bindings=run.num_env_steps=480']
     with pytest.raises(UserError, match='different config.*--force'):
-        train.main(changed)
-    assert train.main(changed + ['--force'])['env_steps'] == 480
+        cli.train_main(changed)
+    assert cli.train_main(changed + ['--force'])['env_steps'] == 480
 
 
 @pytest.mark.parametrize('args, message', [
@@ -118,9 +118,9 @@ def test_bad_input_is_one_clear_line(args, message, tmp_path):
     if not any(a.startswith('--root_dir') for a in args):
         args = args + [f'--root_dir={tmp_path / "run"}']
     with pytest.raises(UserError) as error:
-        train.main(args)
+        cli.train_main(args)
     assert message in str(error.value)
-    assert '\n' not in train.one_line(error.value)
+    assert '\n' not in cli.one_line(error.value)
 
 
 def test_cli_prints_one_line_and_exits_2(tmp_path):
@@ -134,17 +134,18 @@ def test_cli_prints_one_line_and_exits_2(tmp_path):
 
 def test_corrupted_checkpoint_is_reported(tmp_path):
     root_dir = str(tmp_path / 'run')
-    train.main(TINY + [f'--root_dir={root_dir}', '--gin_bindings=run.num_env_steps=200',
+    cli.train_main(TINY + [f'--root_dir={root_dir}', '--gin_bindings=run.num_env_steps=200',
                        '--gin_bindings=run.export_final_policy=False'])
     for data_file in glob.glob(os.path.join(root_dir, 'checkpoints', 'ckpt-200.data-*')):
         with open(data_file, 'r+b') as f:
             f.truncate(100)
     with pytest.raises(UserError, match='ckpt-200 cannot be restored.*delete'):
-        train.main(TINY + [f'--root_dir={root_dir}', '--gin_bindings=run.num_env_steps=200',
+        cli.train_main(TINY + [f'--root_dir={root_dir}', '--gin_bindings=run.num_env_steps=200',
                            '--gin_bindings=run.export_final_policy=False'])
 
 
 def test_small_capacity_warns_once(tmp_path, capsys):
-    train.main(TINY + [f'--root_dir={tmp_path / "run"}', '--gin_bindings=run.replay_capacity=40',
-                       '--gin_bindings=run.export_final_policy=False'])
+    cli.train_main(TINY + [f'--root_dir={tmp_path / "run"}',
+                           '--gin_bindings=run.replay_capacity=40',
+                           '--gin_bindings=run.export_final_policy=False'])
     assert capsys.readouterr().out.count('holds fewer than 10 episodes') == 1

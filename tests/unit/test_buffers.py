@@ -9,7 +9,7 @@ from buffers.episodic import EpisodicReplay
 from buffers.prioritized import PrioritizedReplay
 from buffers.reverb_replay import ReverbPrioritizedReplay, ReverbUniformReplay
 from buffers.uniform import UniformReplay
-from experiment.errors import UserError
+from core.errors import UserError
 
 NUM_ENVS = 2
 SPEC = {

@@ -14,13 +14,13 @@ from buffers.episodic import EpisodicReplay
 from buffers.prioritized import PrioritizedReplay
 from buffers.reverb_replay import ReverbUniformReplay
 from buffers.uniform import UniformReplay
-from datasets import importing
-from datasets.behaviour import BehaviourPolicy
-from datasets.episodes import EpisodeRecorder
-from datasets.files import Dataset, write_dataset
-from datasets.recording import ExperienceRecorder
+from core.errors import UserError
 from envs.suite import make_env
-from experiment.errors import UserError
+from rlds_io import importing
+from rlds_io.behaviour import BehaviourPolicy
+from rlds_io.episodes import EpisodeRecorder
+from rlds_io.files import Dataset, write_dataset
+from rlds_io.recording import ExperienceRecorder
 
 F, M, L = ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST
 

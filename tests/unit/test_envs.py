@@ -9,10 +9,10 @@ from tf_agents.environments import batched_py_environment, parallel_py_environme
 from tf_agents.specs import array_spec
 from tf_agents.trajectories import time_step as ts
 
+from core.errors import UserError
 from envs import suite
 from envs.batched import BatchedGymnasiumEnvironment
 from envs.gymnasium_env import GymnasiumEnvironment, space_to_spec
-from experiment.errors import UserError
 
 _FLOAT32_MAX = np.finfo(np.float32).max
 

@@ -12,7 +12,7 @@ from tf_agents.trajectories import trajectory as trajectory_lib
 from tf_agents.trajectories.time_step import StepType
 
 from buffers.episodic import EpisodicReplay
-from experiment.errors import UserError
+from core.errors import UserError
 
 SPEC = trajectory_lib.Trajectory(
     step_type=tf.TensorSpec([], tf.int32),

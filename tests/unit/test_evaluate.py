@@ -5,14 +5,14 @@ import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 from tf_agents.policies import fixed_policy, policy_saver
 
-import evaluate
+from core.errors import UserError
 from envs.suite import make_env
-from experiment.errors import UserError
+from experiment import cli
 
 
 def test_missing_policy_is_a_one_line_error(tmp_path):
     with pytest.raises(UserError, match='No saved policy at'):
-        evaluate.main(['--env_id=Pendulum-v1', '--episodes=2', str(tmp_path / 'nope')])
+        cli.evaluate_main(['--env_id=Pendulum-v1', '--episodes=2', str(tmp_path / 'nope')])
 
 
 def test_the_same_policy_scores_the_same_on_the_same_episodes(tmp_path):
@@ -21,6 +21,6 @@ def test_the_same_policy_scores_the_same_on_the_same_episodes(tmp_path):
                                         env.action_spec())
     path = str(tmp_path / 'policy')
     policy_saver.PolicySaver(constant, batch_size=None).save(path)
-    (_, first, spread), (_, second, _) = evaluate.main(
+    (_, first, spread), (_, second, _) = cli.evaluate_main(
         ['--env_id=Pendulum-v1', '--episodes=3', path, path])
     assert first == second and -3 * 1700 < first < 0 and spread > 0

@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from buffers.mixing import MixedSource, split_batch
 from buffers.uniform import UniformReplay
-from experiment.errors import UserError
+from core.errors import UserError
 
 SPEC = {'source': tf.TensorSpec([], tf.int32)}
 

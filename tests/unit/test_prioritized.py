@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 from buffers.prioritized import PrioritizedReplay
-from experiment.errors import UserError
+from core.errors import UserError
 
 SPEC = {'t': tf.TensorSpec([], tf.int64), 'env': tf.TensorSpec([], tf.int64)}
 ALPHA = 0.6

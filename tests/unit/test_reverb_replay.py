@@ -16,7 +16,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import trajectory as trajectory_lib
 
 from buffers.reverb_replay import ReverbPrioritizedReplay, ReverbUniformReplay
-from experiment.errors import UserError
+from core.errors import UserError
 
 pytestmark = pytest.mark.reverb
 

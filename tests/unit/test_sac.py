@@ -9,8 +9,8 @@ from tf_agents.trajectories import time_step as ts
 
 from agents import sac
 from buffers.base import SampleInfo
+from core.errors import UserError
 from envs.suite import make_env
-from experiment.errors import UserError
 from experiment.loop import FusedLoop
 
 BATCH = 8

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from experiment.errors import UserError
+from core.errors import UserError
 from sweeps import grid, naming, spec
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -13,8 +13,8 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
-from experiment.errors import UserError
-from experiment.export import SNAPSHOT_FILE
+from core.errors import UserError
+from core.export import SNAPSHOT_FILE
 
 
 class BehaviourPolicy:

@@ -7,7 +7,7 @@ metadata first (no imports) lets us say what is wrong in one line instead.
 
 from importlib import metadata
 
-from experiment.errors import UserError
+from core.errors import UserError
 
 REQUIRED = {
     'tensorflow': '2.15.',

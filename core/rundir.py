@@ -13,7 +13,7 @@ import json
 import os
 import tempfile
 
-from experiment.errors import UserError
+from core.errors import UserError
 
 CONFIG_FILE = 'config.gin'
 

@@ -15,8 +15,8 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from datasets.episodes import STEP_FIELDS, EpisodeRecorder
-from datasets.files import write_dataset
+from rlds_io.episodes import STEP_FIELDS, EpisodeRecorder
+from rlds_io.files import write_dataset
 
 _SHARD = re.compile(r'upto_(\d+)\.npz$')
 

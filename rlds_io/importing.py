@@ -14,7 +14,7 @@ import tensorflow as tf
 from tf_agents.replay_buffers import reverb_utils, rlds_to_reverb
 from tf_agents.specs import tensor_spec
 
-from experiment.errors import UserError
+from core.errors import UserError
 
 
 def trajectories(dataset):

@@ -15,9 +15,9 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.specs import tensor_spec
 
-from datasets.episodes import episode_return, episode_transitions
-from experiment import rundir
-from experiment.errors import UserError
+from core import rundir
+from core.errors import UserError
+from rlds_io.episodes import episode_return, episode_transitions
 
 _NAME = 'rlds_experience'
 _VERSION = '1.0.0'

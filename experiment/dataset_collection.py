@@ -12,11 +12,11 @@ import gin
 import numpy as np
 from tf_agents.trajectories import trajectory as trajectory_lib
 
-from datasets import behaviour
-from datasets.episodes import EpisodeRecorder, episode_transitions
-from datasets.files import write_dataset
+from core.errors import UserError
 from envs.suite import make_env
-from experiment.errors import UserError
+from rlds_io import behaviour
+from rlds_io.episodes import EpisodeRecorder, episode_transitions
+from rlds_io.files import write_dataset
 
 KINDS = ('random', 'expert', 'medium')
 

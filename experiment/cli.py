@@ -1,0 +1,201 @@
+"""What every entry point shares: Gin loading, train.py's flags and main, one-line errors.
+
+Entry points (train.py, sweep.py, evaluate.py, make_dataset.py, the
+distributed launcher) stay thin: they call into this module and print. It
+imports no TensorFlow at import time, so a bad flag or config fails before
+the ~3 s TF start-up.
+"""
+
+import argparse
+import json
+import os
+import sys
+
+from core.errors import UserError
+from core.versions import check_versions
+
+TRAIN_USAGE = """Train one experiment from Gin configs.
+
+  python train.py --gin_file=configs/dqn_cartpole.gin \\
+      [--gin_file=configs/testing/tiny.gin] [--gin_bindings='run.num_env_steps=20000'] \\
+      [--root_dir=runs/my_run] [--seed=1] [--force]
+
+Rerunning the same command on the same --root_dir resumes from the last
+checkpoint. Errors the user can fix are printed as one line (exit status 2).
+
+Distributed (one process per role, all from the same configs; see docs/distributed.md):
+
+  python train.py --gin_file=configs/sac_pendulum_distributed.gin \\
+      --role=replay|collect|learn|eval --replay_address=HOST:PORT \\
+      [--collector_id=N] [--bind_all_interfaces] [--root_dir=...]
+"""
+
+
+def add_gin_flags(parser, example="run.num_env_steps=20000"):
+    """--gin_file and --gin_bindings, both repeatable, as every entry point takes them."""
+    parser.add_argument('--gin_file', action='append', default=[],
+                        help='Gin config file; repeatable, later files override earlier ones.')
+    parser.add_argument('--gin_bindings', action='append', default=[],
+                        help=f"A Gin binding such as '{example}'; repeatable.")
+
+
+def parse_train_args(argv):
+    parser = argparse.ArgumentParser(description=TRAIN_USAGE.splitlines()[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog=TRAIN_USAGE)
+    add_gin_flags(parser)
+    parser.add_argument('--root_dir', default=None,
+                        help='Run directory (default: runs/<first config name>/seed_<seed>).')
+    parser.add_argument('--seed', type=int, default=0, help='Seed for everything the run draws.')
+    parser.add_argument('--force', action='store_true',
+                        help='Resume a run even though its config changed.')
+    parser.add_argument('--role', default=None,
+                        choices=('replay', 'collect', 'learn', 'eval'),
+                        help='Run one role of a distributed run instead of a whole run.')
+    parser.add_argument('--replay_address', default=None,
+                        help='HOST:PORT of the replay server (for --role=replay: where to '
+                             'serve; loopback unless --bind_all_interfaces).')
+    parser.add_argument('--collector_id', type=int, default=0,
+                        help='Index of this collector (--role=collect): seeds and log dir.')
+    parser.add_argument('--bind_all_interfaces', action='store_true',
+                        help='Let the replay server be reachable from the network. Reverb has '
+                             'no authentication: trusted networks only.')
+    return parser.parse_args(argv)
+
+
+def default_root_dir(gin_files, seed):
+    name = os.path.splitext(os.path.basename(gin_files[0]))[0] if gin_files else 'default'
+    return os.path.join('runs', name, f'seed_{seed}')
+
+
+def start_up():
+    """Checks the pinned stack, then silences TF's start-up noise (call before parsing Gin)."""
+    check_versions()
+    from core.quiet import quiet_startup
+
+    quiet_startup()
+
+
+def load_gin_config(gin_files, gin_bindings):
+    """Parses configs strictly and turns Gin's errors into one-line UserErrors."""
+    import gin
+
+    import experiment.registry  # noqa: F401  (registers every configurable)
+
+    if not gin_files:
+        raise UserError("No --gin_file given: pass e.g. --gin_file=configs/dqn_cartpole.gin.")
+    for path in gin_files:
+        if not os.path.isfile(path):
+            raise UserError(
+                f"Gin file not found: {path}. Check the path (configs are in configs/).")
+    gin.clear_config()
+    try:
+        gin.parse_config_files_and_bindings(gin_files, gin_bindings, skip_unknown=False)
+    except (ValueError, SyntaxError, TypeError, KeyError, IOError) as error:
+        raise UserError(_one_line_gin_error(error)) from None
+
+
+def _one_line_gin_error(error):
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    where = next((line for line in lines if line.startswith('In ')), '')
+    what = lines[0] if lines else type(error).__name__
+    renamed = _renamed_binding(what)
+    if renamed:
+        return f"Invalid Gin config: {what} {where}".strip() + f" -- {renamed}."
+    hint = ('check the spelling against configs/base/*.gin and docs/training.md'
+            if 'No configurable matching' in what or 'Unknown' in what else
+            'fix the binding or config file')
+    return f"Invalid Gin config: {what} {where}".strip() + f" -- {hint}."
+
+
+# Binding names that changed, old -> new: a config written for an older version
+# gets told the new name instead of a bare "unknown".
+RENAMED_BINDINGS = {}
+
+
+def _renamed_binding(message):
+    for old, new in RENAMED_BINDINGS.items():
+        if old in message:
+            return f"'{old}' is now '{new}': rename it"
+    return None
+
+
+def train_main(argv=None):
+    """train.py: returns the final metrics dict (raises UserError on bad input)."""
+    args = parse_train_args(sys.argv[1:] if argv is None else argv)
+    start_up()
+    load_gin_config(args.gin_file, args.gin_bindings)
+    root_dir = args.root_dir or default_root_dir(args.gin_file, args.seed)
+    if args.role is not None:
+        from experiment.distributed.roles import run_role
+
+        return run_role(args.role, root_dir, address=args.replay_address,
+                        collector_id=args.collector_id, seed=args.seed, force=args.force,
+                        bind_all_interfaces=args.bind_all_interfaces)
+    from experiment.entry import experiment_function
+
+    return experiment_function()(root_dir, seed=args.seed, force=args.force)
+
+
+def make_dataset_main(argv=None):
+    """make_dataset.py: makes the dataset; returns its metadata (raises UserError on bad input)."""
+    parser = argparse.ArgumentParser(
+        description='Make an RLDS dataset (TFDS format) by playing a behaviour policy.')
+    add_gin_flags(parser, example='make_dataset.num_steps=50000')
+    parser.add_argument('--output_dir', default=None,
+                        help='Dataset directory to create (default: data/<first config name>).')
+    parser.add_argument('--seed', type=int, default=0, help='Seeds the envs and the noise.')
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    start_up()
+    load_gin_config(args.gin_file, args.gin_bindings)
+    from experiment.dataset_collection import make_dataset
+
+    name = os.path.splitext(os.path.basename(args.gin_file[0]))[0]
+    return make_dataset(args.output_dir or os.path.join('data', name), seed=args.seed)
+
+
+def evaluate_main(argv=None):
+    """evaluate.py: returns [(policy_dir, mean return, std of returns)], in the order given."""
+    parser = argparse.ArgumentParser(
+        description='Evaluate exported policies on the same episodes, side by side.')
+    parser.add_argument('policy_dirs', nargs='+', help="SavedModel policies (a run's policy/).")
+    parser.add_argument('--env_id', required=True, help='Gymnasium id, e.g. Pendulum-v1.')
+    parser.add_argument('--episodes', type=int, default=100, help='Episodes per policy.')
+    parser.add_argument('--seed', type=int, default=123, help='Seed of the first env copy.')
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    start_up()
+    from experiment.evaluation import compare_policies
+
+    return compare_policies(args.policy_dirs, env_id=args.env_id, episodes=args.episodes,
+                            seed=args.seed)
+
+
+def one_line(error):
+    """The first line of an error: Gin appends 'In call to configurable ...' lines."""
+    lines = str(error).strip().splitlines()
+    return lines[0] if lines else type(error).__name__
+
+
+def run_cli(main, *, result_label=None, user_error_status=2, whole_errors=False):
+    """Runs `main()`; a UserError becomes one line on stderr and exit status 2.
+
+    Args:
+      main: the entry point's main function (no arguments: it reads sys.argv).
+      result_label: if given, the returned value is printed as
+        '<label>: <json>' (what tests and scripts read back).
+      user_error_status: the exit status for a UserError.
+      whole_errors: print every line of a UserError (the launcher's carry a
+        failed role's log tail), not only the first.
+
+    Returns:
+      The process exit status.
+    """
+    try:
+        result = main()
+    except UserError as error:
+        text = str(error).strip() if whole_errors else one_line(error)
+        print(f"error: {text}", file=sys.stderr, flush=True)
+        return user_error_status
+    if result_label is not None:
+        print(f'{result_label}: ' + json.dumps(result, sort_keys=True), flush=True)
+    return 0
