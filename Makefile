@@ -30,7 +30,7 @@ train: install
 	$(PY) train.py --gin_file=$(GIN) $(ARGS)
 
 # Replay server, COLLECTORS collectors, learner and evaluator on this machine (logs under
-# <root_dir>/logs/); Ctrl-C stops them all. See the README's Distributed training section.
+# <root_dir>/logs/); Ctrl-C stops them all. See docs/distributed.md.
 train-distributed: install
 	$(PY) -m experiment.distributed.launch --gin_file=$(DIST_GIN) --collectors=$(COLLECTORS) $(ARGS)
 

@@ -81,18 +81,17 @@ def validate_capacity(capacity: int, *, batch_size: int, num_envs: int, num_step
     """
     if not isinstance(capacity, int) or capacity <= 0:
         raise UserError(
-            f"replay_capacity must be a positive integer, got {capacity!r}: "
-            "set e.g. --gin_bindings='run.replay_capacity=100000'.")
+            f"capacity must be a positive integer number of transitions, got {capacity!r}.")
     if capacity < batch_size:
         raise UserError(
-            f"replay_capacity={capacity} is smaller than batch_size={batch_size}: "
-            "raise run.replay_capacity or lower the batch size.")
+            f"capacity={capacity} is smaller than batch_size={batch_size}: "
+            "raise the capacity or lower the batch size.")
     rows_per_env = capacity // num_envs
     if rows_per_env < num_steps:
         raise UserError(
-            f"replay_capacity={capacity} split over {num_envs} env copies keeps "
+            f"capacity={capacity} split over {num_envs} env copies keeps "
             f"{rows_per_env} steps per copy, fewer than the {num_steps}-step windows "
-            f"the agent samples: raise run.replay_capacity to at least {num_steps * num_envs}.")
+            f"the agent samples: raise the capacity to at least {num_steps * num_envs}.")
     return rows_per_env
 
 

@@ -161,7 +161,7 @@ class EpisodicReplay(UniformReplay):
         if num_steps > self._rows_per_env:
             raise UserError(
                 f"cannot sample {num_steps}-step windows from a buffer keeping "
-                f"{self._rows_per_env} steps per env copy: raise run.replay_capacity.")
+                f"{self._rows_per_env} steps per env copy: raise the capacity.")
         num_adds = self._num_adds.read_value()
         valid = tf.reshape(self._valid_starts(num_adds, num_steps), [-1])
         counts = tf.pad(tf.cast(valid, tf.int32), [[0, self._num_leaves - self._capacity]])

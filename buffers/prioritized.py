@@ -123,7 +123,7 @@ class PrioritizedReplay(UniformReplay):
         if num_steps > self._rows_per_env:
             raise UserError(
                 f"cannot sample {num_steps}-step windows from a buffer keeping "
-                f"{self._rows_per_env} steps per env copy: raise run.replay_capacity.")
+                f"{self._rows_per_env} steps per env copy: raise the capacity.")
         rows_per_env, num_envs, capacity = self._rows_per_env, self._num_envs, self._capacity
         tree = self._tree.read_value()
         num_adds = self._num_adds.read_value()

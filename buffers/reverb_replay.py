@@ -531,8 +531,7 @@ class _ReverbReplay:
                 if self._table_info().current_size == 0:
                     raise UserError(
                         f"Cannot sample from the empty Reverb table '{self._table_name}': "
-                        f"add at least {self._num_steps} steps first (raise "
-                        "run.initial_collect_steps).")
+                        f"add at least {self._num_steps} steps before sampling.")
                 iterator = iter(self._dataset(batch_size))
             self._iterators[batch_size] = iterator
         return iterator

@@ -76,8 +76,8 @@ def _check_num_envs(num_envs):
     if isinstance(num_envs, bool) or not isinstance(num_envs, int) or (
             num_envs < 1):
         raise UserError(
-            f'num_envs must be a positive integer, got {num_envs!r}; '
-            'set make_env.num_envs to 1 or more.')
+            f'make_env.num_envs must be a positive integer, got {num_envs!r}; '
+            'set it to 1 or more.')
 
 
 def _make_one(env_id, *, seed, max_episode_steps, float32_observations,

@@ -86,7 +86,7 @@ def find_snapshot(run_dir, target_return):
             found.append((json.load(f), os.path.dirname(path)))
     if not found:
         raise UserError(
-            f"No policy snapshots under {run_dir}/policies: train with "
-            "--gin_bindings='run.policy_snapshot_interval=500' first.")
+            f"No policy snapshots under {run_dir}/policies: train that run with policy "
+            "snapshots first (see docs/offline_rl.md).")
     info, path = min(found, key=lambda item: abs(item[0]['eval_return'] - target_return))
     return path, info

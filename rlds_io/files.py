@@ -105,7 +105,7 @@ class Dataset:
         import tensorflow_datasets as tfds
 
         if not os.path.isfile(os.path.join(path, 'dataset_info.json')):
-            hint = ("make one with make_dataset.py (see README 'Offline RL')"
+            hint = ("make one with make_dataset.py (see docs/offline_rl.md)"
                     if not os.path.exists(path) else
                     "it holds no dataset_info.json, so it is not a TFDS dataset directory")
             raise UserError(f"No RLDS dataset at {path}: {hint}.")

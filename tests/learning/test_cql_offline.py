@@ -1,6 +1,6 @@
 """CQL-SAC learns from a medium Pendulum dataset, then improves online (slow).
 
-The full recipe of the README on a smaller budget: a short SAC run leaves policy
+The full recipe of docs/offline_rl.md on a smaller budget: a short SAC run leaves policy
 snapshots, the one nearest -700 makes a 'medium' dataset (20k steps, made here,
 its behaviour return measured), CQL-SAC trains on it offline only, and must
 beat the behaviour policy by 100; then offline-to-online must improve on the

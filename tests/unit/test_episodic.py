@@ -257,7 +257,7 @@ def test_save_restore_keeps_episode_state(tmp_path):
 
 def test_windows_longer_than_the_ring_are_refused():
     buffer = _make(capacity=8)
-    with pytest.raises(UserError, match='raise run.replay_capacity'):
+    with pytest.raises(UserError, match='raise the capacity'):
         buffer.sample(4, 5)
 
 
