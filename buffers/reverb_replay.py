@@ -40,15 +40,16 @@ unlike `SampleToInsertRatio` it can never block sampling after a restore. With
 `server_address='host:port'` a running server is used instead; it must host a
 table named `table_name` (default `reverb_uniform_replay` or
 `reverb_prioritized_replay`) with this backend's signature, selector and a Fifo
-remover (build it with `make_table`); a table in the older one-column-per-leaf
-layout is detected by its signature and served as such.
+remover. The distributed replay role hosts exactly such a table: it builds this
+backend with `port=`, `rate_limiter=` and `extra_tables=`, so the table's
+layout is written in one place.
 
 Checkpoints. `checkpoint_items()` holds a `PythonState` that, when a
 `tf.train.Checkpoint` is saved, makes Reverb write its own checkpoint and
 records that checkpoint's path; restoring restarts the in-process server from
 exactly that checkpoint and recreates the writer, datasets and clients, so
-`tf.function`s that sample must be traced after the restore (run.py restores
-before it builds the loop). Layout under `checkpoint_dir` (one backend each):
+`tf.function`s that sample must be traced after the restore (the trainer
+restores before it builds the loop). Layout under `checkpoint_dir` (one backend each):
 
     <checkpoint_dir>/server/       the Reverb checkpointer's root; kept empty
     <checkpoint_dir>/ckpt-000007/  one saved Reverb checkpoint (the last
@@ -99,42 +100,27 @@ class _Layout:
     after sampling would copy it once more -- and writes every smaller leaf
     and the id as raw bytes into one uint8 column, bit-cast back after
     sampling. A CartPole-like step is then 1 column, an Atari-like one 2.
-
-    `packed=False` is the old layout, `(window nest [T, ...], first-step id)`
-    with one column per leaf, kept so that a table made for it (a server run
-    elsewhere, e.g. experiment/distributed/tables.py) is still written and
-    read correctly.
     """
 
-    def __init__(self, data_spec, num_steps, packed=True):
-        self.packed = packed
+    def __init__(self, data_spec, num_steps):
         self._data_spec = data_spec
         self._num_steps = num_steps
         # The first-step id, `step * num_envs + env`, is stored as one more leaf.
         self._specs = [*tf.nest.flatten(data_spec), tf.TensorSpec([], tf.int64)]
-        self.num_columns = len(self._specs)  # per env copy; fewer when packed
         sizes = [spec.shape.num_elements() * spec.dtype.size for spec in self._specs]
-        if packed:
-            self._own = [i for i, size in enumerate(sizes[:-1]) if size >= _OWN_COLUMN_BYTES]
-            self._small = [i for i in range(len(self._specs)) if i not in self._own]
-            offsets = np.cumsum([0] + [sizes[i] for i in self._small])
-            self._slices = dict(zip(self._small, zip(offsets[:-1], offsets[1:])))
-            self.packed_bytes = int(offsets[-1])
-            self.num_columns = len(self._own) + 1
-            self.signature = tuple(
-                [tf.TensorSpec([num_steps, *self._specs[i].shape], self._specs[i].dtype)
-                 for i in self._own] + [tf.TensorSpec([num_steps, self.packed_bytes], tf.uint8)])
-        else:
-            self.signature = (
-                tf.nest.map_structure(
-                    lambda spec: tf.TensorSpec([num_steps, *spec.shape], spec.dtype), data_spec),
-                tf.TensorSpec([], tf.int64))
+        self._own = [i for i, size in enumerate(sizes[:-1]) if size >= _OWN_COLUMN_BYTES]
+        self._small = [i for i in range(len(self._specs)) if i not in self._own]
+        offsets = np.cumsum([0] + [sizes[i] for i in self._small])
+        self._slices = dict(zip(self._small, zip(offsets[:-1], offsets[1:])))
+        self.packed_bytes = int(offsets[-1])
+        self.num_columns = len(self._own) + 1
+        self.signature = tuple(
+            [tf.TensorSpec([num_steps, *self._specs[i].shape], self._specs[i].dtype)
+             for i in self._own] + [tf.TensorSpec([num_steps, self.packed_bytes], tf.uint8)])
 
     def encode(self, leaves, ids):
         """Batched numpy leaves `[N, ...]` and ids `[N]` -> per copy, its columns' values."""
         num_envs = len(ids)
-        if not self.packed:
-            return [[*(leaf[env] for leaf in leaves), ids[env]] for env in range(num_envs)]
         leaves = [*leaves, ids]
         packed = np.concatenate(
             [np.ascontiguousarray(leaves[i]).reshape(num_envs, -1).view(np.uint8)
@@ -145,15 +131,10 @@ class _Layout:
     def item(self, columns, num_steps):
         """The trajectory of one item: the last `num_steps` steps of one copy's columns."""
         window = slice(-num_steps, None)
-        if not self.packed:
-            return ([column[window] for column in columns[:-1]], columns[-1][-num_steps])
         return tuple(column[window] for column in columns)
 
     def decode(self, data):
         """Sampled columns `[B, T, ...]` -> (the data spec's nest `[B, T, ...]`, ids `[B]`)."""
-        if not self.packed:
-            return (tf.nest.pack_sequence_as(self._data_spec, tf.nest.flatten(data[0])),
-                    data[1])
         columns = list(data)
         packed = columns[-1]
         outer = packed.shape[:2].as_list()  # static [B, T] when batched with drop_remainder
@@ -176,6 +157,15 @@ class _Layout:
             flat[i] = tf.reshape(value, [*outer, *spec.shape.as_list()])
         ids = flat.pop()[:, 0]
         return tf.nest.pack_sequence_as(self._data_spec, flat), ids
+
+
+def latest_checkpoint(checkpoint_dir):
+    """The newest complete Reverb checkpoint a backend kept in `checkpoint_dir`, or None."""
+    if not os.path.isdir(checkpoint_dir):
+        return None
+    kept = sorted(name for name in os.listdir(checkpoint_dir) if _CHECKPOINT_PATTERN.match(name)
+                  and os.path.isfile(os.path.join(checkpoint_dir, name, 'DONE')))
+    return os.path.join(checkpoint_dir, kept[-1]) if kept else None
 
 
 class _ReverbCheckpoint(tf.train.experimental.PythonState):
@@ -209,7 +199,8 @@ class _ReverbReplay:
                  server_address=None, table_name=None, checkpoint_dir=None,
                  max_in_flight_samples_per_worker=None, num_workers_per_iterator=2,
                  flush_every=256, rate_limiter_timeout_ms=10_000, keep_checkpoints=2,
-                 pack_columns=True, chunk_length=None):
+                 chunk_length=None, port=None, rate_limiter=None, extra_tables=(),
+                 initial_checkpoint=None):
         """Starts (or connects to) the server and opens the writer.
 
         Args:
@@ -238,15 +229,20 @@ class _ReverbReplay:
             before failing; finite so that nothing can wait forever.
           keep_checkpoints: Reverb checkpoints kept in `checkpoint_dir`; match
             the training checkpoints kept (the Checkpointer keeps 2).
-          pack_columns: store small leaves packed into one byte column (see
-            `_Layout`); False writes one column per leaf. A server run
-            elsewhere decides by its table's signature, whatever this says.
           chunk_length: steps per Reverb chunk in every column, 1 to
             `num_steps`; None lets Reverb tune it. `num_steps` sampled images
             ~15% faster (fewer chunks to unpack per sample, measured with
             `bench/buffer_systems.py`), but a chunk is sent only when full or
             flushed, so each copy's newest window then reaches the table one
             step late; the auto-tuned length sends every window at once.
+          port: the in-process server's port (None: a free one).
+          rate_limiter: the table's rate limiter (None: `MinSize(1)`, which never
+            throttles inserts against samples; the distributed replay role
+            passes a `SampleToInsertRatio`).
+          extra_tables: more `reverb.Table`s on the in-process server (the
+            distributed run's weights table).
+          initial_checkpoint: a saved Reverb checkpoint (`save_checkpoint`'s
+            path) the in-process server starts from.
 
         Raises:
           UserError: on an impossible capacity, or a `server_address` whose
@@ -271,7 +267,7 @@ class _ReverbReplay:
                 f"None, got {chunk_length!r}: fix the Gin bindings.")
         # Every item also stores the id of its window's first step, `step * num_envs
         # + env` as in `UniformReplay`'s keys: `ages` needs it, Reverb keys are random.
-        self._layout = _Layout(data_spec, num_steps, packed=pack_columns)
+        self._layout = _Layout(data_spec, num_steps)
         self._chunk_length = chunk_length
         self._max_in_flight = max_in_flight_samples_per_worker
         self._num_workers = num_workers_per_iterator
@@ -299,8 +295,11 @@ class _ReverbReplay:
                 self, shutil.rmtree, checkpoint_dir, ignore_errors=True)
         self._checkpoint_dir = os.path.abspath(checkpoint_dir)
         self._checkpoint_state = _ReverbCheckpoint(self)
+        self._port = port
+        self._rate_limiter = rate_limiter
+        self._extra_tables = list(extra_tables)
         if server_address is None:
-            self._start_server()
+            self._start_server(checkpoint=initial_checkpoint)
         else:
             self._address = server_address
             self._check_external_table()
@@ -340,7 +339,7 @@ class _ReverbReplay:
             sampler=self._sampler(),
             remover=reverb.selectors.Fifo(),
             max_size=self._capacity,
-            rate_limiter=reverb.rate_limiters.MinSize(1),
+            rate_limiter=self._rate_limiter or reverb.rate_limiters.MinSize(1),
             signature=self._layout.signature)
 
     def _start_server(self, checkpoint=None):
@@ -353,7 +352,8 @@ class _ReverbReplay:
         checkpointer = reverb.checkpointers.DefaultCheckpointer(
             path=root, fallback_checkpoint_path=checkpoint)
         try:
-            self._server = reverb.Server([self.make_table()], checkpointer=checkpointer)
+            self._server = reverb.Server([self.make_table(), *self._extra_tables],
+                                         port=self._port, checkpointer=checkpointer)
         except RuntimeError as error:
             raise UserError(
                 f"Reverb could not load the replay checkpoint {checkpoint}: "
@@ -371,14 +371,8 @@ class _ReverbReplay:
                 f"(it has: {', '.join(sorted(info)) or 'none'}): create it with "
                 f"{type(self).__name__}.make_table(), or bind table_name.")
         found = [(s.shape, s.dtype) for s in tf.nest.flatten(table.signature)]
-        # Either layout is read and written correctly: use the table's.
-        for packed in (self._layout.packed, not self._layout.packed):
-            layout = _Layout(self._data_spec, self._num_steps, packed=packed)
-            expected = [(s.shape, s.dtype) for s in tf.nest.flatten(layout.signature)]
-            if expected == found:
-                self._layout = layout
-                break
-        else:
+        expected = [(s.shape, s.dtype) for s in tf.nest.flatten(self._layout.signature)]
+        if expected != found:
             raise UserError(
                 f"Table '{self._table_name}' at {self._address} stores {found}, but this agent "
                 f"writes {expected}: the table was made for another agent or num_steps.")
@@ -632,6 +626,15 @@ class _ReverbReplay:
             path = self._keep_checkpoint(path)
         return {'checkpoint': path, 'inserted': self._inserted, 'items': self._items_created,
                 'table': self._table_name, 'in_process': self._server is not None}
+
+    def save_checkpoint(self):
+        """Writes a Reverb checkpoint of the server now; returns its kept path.
+
+        For a server this backend hosts (the distributed replay role's), the last
+        `keep_checkpoints` are kept as `<checkpoint_dir>/ckpt-NNNNNN/`; pass
+        `latest_checkpoint(checkpoint_dir)` as `initial_checkpoint` to restart from it.
+        """
+        return self._save_reverb_checkpoint()['checkpoint']
 
     def _keep_checkpoint(self, path):
         """Moves a fresh Reverb checkpoint out of the server root and prunes old ones."""

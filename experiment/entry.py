@@ -1,4 +1,4 @@
-"""Which experiment train.py runs: online training (`run`) or offline (`train_offline`).
+"""Which experiment train.py runs: online training (`run.*`) or offline (`train_offline.*`).
 
 One Gin binding chooses, so a config file says what it is:
 `experiment.kind = 'offline'` in configs/base/cql_sac.gin.
@@ -20,9 +20,9 @@ def experiment_function():
     """The configured experiment callable, `fn(root_dir, seed=..., force=...)`."""
     kind = _kind()
     if kind == 'online':
-        from experiment.run import run
+        from experiment.online import train_online
 
-        return run
+        return train_online
     if kind == 'offline':
         from experiment.offline import train_offline
 

@@ -1,5 +1,7 @@
 """The hot path: collection and training, each a whole chunk per call.
 
+`Collection` and `Training` are the two halves every mode composes (online,
+offline, the distributed collector and learner); `FusedLoop` joins them.
 One call of `iterate` steps the batched environment `steps` times with the
 collect policy inside a `tf.function` (the env is a py_function there), writes
 every step to the replay backend, then samples and takes `train_steps`
@@ -16,53 +18,38 @@ from tf_agents.trajectories import trajectory as trajectory_lib
 from buffers.base import importance_weights
 
 
-class FusedLoop:
-    """Compiled collect and train chunks around one agent, env and backend."""
+class Collection:
+    """Compiled collection: the batched env stepped with a policy, every step to the observers.
 
-    def __init__(self, *, agent, tf_env, backend, observers, env_steps, batch_size, num_steps,
-                 train_steps, use_xla, importance_beta=lambda: 1.0):
-        """Builds (but does not trace) the compiled chunks.
+    The single-process loop, the distributed collector and the offline-to-online
+    start all collect through this, so there is one collection path.
+    """
+
+    def __init__(self, *, tf_env, collect_policy, observers, env_steps):
+        """Builds (but does not trace) the compiled collect functions.
 
         Args:
-          agent: the TF-Agents agent being trained.
           tf_env: a batched `TFPyEnvironment`.
-          backend: the `ReplayBackend` receiving every collected step.
-          observers: extra callables fed each batched `Trajectory` (metrics).
+          collect_policy: the agent's collect policy.
+          observers: callables fed each batched `Trajectory` (backend.add, metrics).
           env_steps: int64 variable counting env steps over all copies.
-          batch_size: windows per gradient step.
-          num_steps: window length, `agent.train_sequence_length`.
-          train_steps: gradient steps per `train` call.
-          use_xla: jit-compile `train` (only if the backend supports XLA).
-          importance_beta: callable giving the importance-sampling exponent now
-            (annealed towards 1 by the caller); irrelevant for uniform backends.
         """
-        self._agent = agent
         self._env = tf_env
-        self._backend = backend
-        self._observers = [backend.add, *observers]
+        self._observers = list(observers)
         self._env_steps = env_steps
-        self._batch_size = batch_size
-        self._num_steps = num_steps
-        self._train_steps = train_steps
-        self._importance_beta = importance_beta
-        self.uses_xla = bool(use_xla and backend.supports_xla)
+        self.collect_policy = collect_policy
         random_policy = random_tf_policy.RandomTFPolicy(
-            tf_env.time_step_spec(), tf_env.action_spec(),
-            info_spec=agent.collect_policy.info_spec)
+            tf_env.time_step_spec(), tf_env.action_spec(), info_spec=collect_policy.info_spec)
         step_count = tf.TensorSpec([], tf.int32)
         self.collect_random = tf.function(
-            lambda steps: self._run_policy(random_policy, steps), input_signature=[step_count])
-        # Collection without training, for runs that start from trained weights.
+            lambda steps: self.run_policy(random_policy, steps), input_signature=[step_count])
+        # Collection without training, for runs that start from trained weights and
+        # for distributed collectors.
         self.collect_with_agent = tf.function(
-            lambda steps: self._run_policy(agent.collect_policy, steps),
-            input_signature=[step_count])
-        self.train = tf.function(self._train_chunk, jit_compile=self.uses_xla)
-        # One Python->TF call per iteration: collect (a py_function env, so never XLA)
-        # then the train chunk, which keeps its own XLA compilation when nested.
-        self.iterate = tf.function(self._iterate, input_signature=[step_count])
+            lambda steps: self.run_policy(collect_policy, steps), input_signature=[step_count])
 
-    def _run_policy(self, policy, steps):
-        """Steps every env copy `steps` times with `policy`, feeding the observers."""
+    def run_policy(self, policy, steps):
+        """Steps every env copy `steps` times with `policy`, feeding the observers (graph code)."""
         time_step = self._env.current_time_step()
         for _ in tf.range(steps):
             action_step = policy.action(time_step)
@@ -74,11 +61,39 @@ class FusedLoop:
         self._env_steps.assign_add(tf.cast(steps * self._env.batch_size, tf.int64))
         return self._env_steps.read_value()
 
-    def _iterate(self, steps):
-        self._run_policy(self._agent.collect_policy, steps)
-        return self.train()
 
-    def _train_chunk(self):
+class Training:
+    """Compiled training: `train_steps` sampled batches and gradient steps per call.
+
+    Used by the single-process loop, offline training and the distributed
+    learner alike, so every mode masks boundary windows and feeds priorities
+    back the same way.
+    """
+
+    def __init__(self, *, agent, backend, batch_size, num_steps, train_steps, use_xla,
+                 importance_beta=lambda: 1.0):
+        """Builds (but does not trace) the compiled train chunk.
+
+        Args:
+          agent: the TF-Agents agent being trained.
+          backend: the `ReplayBackend` batches are sampled from.
+          batch_size: windows per gradient step.
+          num_steps: window length, `agent.train_sequence_length`.
+          train_steps: gradient steps per `train` call.
+          use_xla: jit-compile `train` (only if the backend supports it).
+          importance_beta: callable giving the importance-sampling exponent now
+            (annealed towards 1 by the caller); irrelevant for uniform backends.
+        """
+        self._agent = agent
+        self._backend = backend
+        self._batch_size = batch_size
+        self._num_steps = num_steps
+        self._train_steps = train_steps
+        self._importance_beta = importance_beta
+        self.uses_xla = bool(use_xla and backend.supports_xla)
+        self.train = tf.function(self.train_chunk, jit_compile=self.uses_xla)
+
+    def train_chunk(self):
         """Takes `train_steps` gradient steps; returns the mean loss and diagnostics."""
         total_loss = tf.constant(0.0)
         for _ in tf.range(self._train_steps - 1):
@@ -101,3 +116,37 @@ class FusedLoop:
         if td_error is not None:
             self._backend.update_priorities(info.keys, tf.abs(td_error))
         return loss_info.loss, experience
+
+
+class FusedLoop:
+    """One compiled call per iteration: a collect chunk, then a train chunk."""
+
+    def __init__(self, *, agent, tf_env, backend, observers, env_steps, batch_size, num_steps,
+                 train_steps, use_xla, importance_beta=lambda: 1.0):
+        """Builds (but does not trace) the compiled chunks.
+
+        Args:
+          agent: the TF-Agents agent being trained.
+          tf_env: a batched `TFPyEnvironment`.
+          backend: the `ReplayBackend` receiving every collected step.
+          observers: extra callables fed each batched `Trajectory` (metrics).
+          env_steps: int64 variable counting env steps over all copies.
+          batch_size, num_steps, train_steps, use_xla, importance_beta: as for `Training`.
+        """
+        self.collection = Collection(tf_env=tf_env, collect_policy=agent.collect_policy,
+                                     observers=[backend.add, *observers], env_steps=env_steps)
+        self.training = Training(agent=agent, backend=backend, batch_size=batch_size,
+                                 num_steps=num_steps, train_steps=train_steps, use_xla=use_xla,
+                                 importance_beta=importance_beta)
+        self.collect_random = self.collection.collect_random
+        self.collect_with_agent = self.collection.collect_with_agent
+        self.train = self.training.train
+        self.uses_xla = self.training.uses_xla
+        # One Python->TF call per iteration: collect (a py_function env, so never XLA)
+        # then the train chunk, which keeps its own XLA compilation when nested.
+        self.iterate = tf.function(self._iterate,
+                                   input_signature=[tf.TensorSpec([], tf.int32)])
+
+    def _iterate(self, steps):
+        self.collection.run_policy(self.collection.collect_policy, steps)
+        return self.train()

@@ -12,8 +12,9 @@ import buffers.prioritized  # noqa: F401
 import buffers.reverb_replay  # noqa: F401
 import buffers.uniform  # noqa: F401
 import envs.suite  # noqa: F401
+import experiment.config  # noqa: F401
 import experiment.dataset_collection  # noqa: F401
 import experiment.distributed.config  # noqa: F401
 import experiment.entry  # noqa: F401
 import experiment.offline  # noqa: F401
-import experiment.run  # noqa: F401
+import experiment.online  # noqa: F401

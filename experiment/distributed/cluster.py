@@ -241,5 +241,5 @@ def _progress_line(cluster, params, start):
     except (RuntimeError, reverb.errors.ReverbError):
         steps = '        ?'
     running = sum(cluster.alive(name) for name in cluster.procs)
-    return (f"env step {steps}/{params['num_env_steps']:,} | last eval {text} | "
+    return (f"env step {steps}/{params.num_env_steps:,} | last eval {text} | "
             f"{time.monotonic() - start:6.0f} s | {running}/{len(cluster.procs)} roles up")

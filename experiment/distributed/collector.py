@@ -1,8 +1,9 @@
 """The collect role: batched envs stepped with the latest pulled weights, windows written to replay.
 
-Writing goes through `ReverbUniformReplay` pointed at the server
-(`server_address=`), the same writer a single-process Reverb run uses, inside
-one `tf.function` per chunk of env steps. The policy is uniform random until
+Writing goes through the run's Reverb replay backend pointed at the server
+(`server_address=`), the same writer a single-process Reverb run uses, and
+collection is the single-process loop's `Collection` (one `tf.function` per
+chunk of env steps). The policy is uniform random until
 the table holds `run.initial_collect_steps` transitions (all collectors
 together) or while no weights have been pushed; afterwards the collect
 policy with weights pulled every `weight_pull_interval` env steps.
@@ -18,15 +19,13 @@ import time
 
 import tensorflow as tf
 from tf_agents.metrics import tf_metrics
-from tf_agents.policies import random_tf_policy
-from tf_agents.trajectories import trajectory as trajectory_lib
 
-from buffers.reverb_replay import ReverbUniformReplay
 from core import tags
 from core.tf_setup import configure_tf
 from envs.suite import make_env
 from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import TRANSIENT, Role, Stopped, Watchdog, one_line, retry
+from experiment.loop import Collection
 
 
 class _Collector:
@@ -38,16 +37,14 @@ class _Collector:
         env = make_env(seed=seed + 1_000 * (collector_id + 1))
         self.agent, self.train_step, self.tf_env = common.build_agent(params, seed=seed, env=env)
         self.num_envs = self.tf_env.batch_size
-        self.steps_per_call = max(1, params['collect_steps_per_iteration'] // self.num_envs)
+        self.steps_per_call = max(1, params.collect_steps_per_iteration // self.num_envs)
         self.metrics = {
             tags.TRAIN_AVERAGE_RETURN: tf_metrics.AverageReturnMetric(batch_size=self.num_envs),
             tags.TRAIN_AVERAGE_EPISODE_LENGTH:
                 tf_metrics.AverageEpisodeLengthMetric(batch_size=self.num_envs),
             'collector/episodes': tf_metrics.NumberOfEpisodes(),
         }
-        self.random_policy = random_tf_policy.RandomTFPolicy(
-            self.tf_env.time_step_spec(), self.tf_env.action_spec(),
-            info_spec=self.agent.collect_policy.info_spec)
+        self.env_step_counter = tf.Variable(0, dtype=tf.int64, name='env_steps')
         self.store = tables.WeightStore(address, timeout_s=settings.timeout_s)
         self.writer = None
         self.env_steps = 0
@@ -64,7 +61,7 @@ class _Collector:
     def finished(self):
         """Why collecting is over (the table has the run's transitions), or None."""
         inserted = common.replay_counters(self.store.server_info())['inserted']
-        budget = self.params['num_env_steps']
+        budget = self.params.num_env_steps
         if inserted >= budget:
             return f"the table has {inserted:,} transitions, the run's {budget:,}"
         return None
@@ -76,39 +73,20 @@ class _Collector:
                 self.writer.close()
             except Exception:  # noqa: BLE001  (a dead server's writer may fail to close)
                 pass
-        p = self.params
         self.writer = retry(
             self.role,
-            lambda: ReverbUniformReplay(
-                self.agent.collect_data_spec, capacity=p['replay_capacity'],
-                num_envs=self.num_envs, batch_size=p['batch_size'],
-                num_steps=common.num_steps_of(self.agent), server_address=self.address,
-                table_name=config.REPLAY_TABLE, flush_every=self.settings.flush_every,
-                rate_limiter_timeout_ms=int(self.settings.timeout_s * 1000)),
+            lambda: common.remote_backend(self.params, self.settings, self.agent,
+                                          num_envs=self.num_envs, address=self.address),
             what='opening the replay writer', whom=f'the replay server at {self.address}',
             timeout_s=self.settings.timeout_s)
         self.fresh_writer = True
-        observers = [self.writer.add, *self.metrics.values()]
-        spec = [tf.TensorSpec([], tf.int32)]
-        self.collect_random = tf.function(
-            lambda steps: self._run(self.random_policy, observers, steps), input_signature=spec)
-        self.collect_policy = tf.function(
-            lambda steps: self._run(self.agent.collect_policy, observers, steps),
-            input_signature=spec)
+        self.collection = Collection(
+            tf_env=self.tf_env, collect_policy=self.agent.collect_policy,
+            observers=[self.writer.add, *self.metrics.values()],
+            env_steps=self.env_step_counter)
         # Traced now, not inside the first (watched) write: tracing is no waiting on peers.
-        self.collect_random.get_concrete_function()
-        self.collect_policy.get_concrete_function()
-
-    def _run(self, policy, observers, steps):
-        time_step = self.tf_env.current_time_step()
-        for _ in tf.range(steps):
-            action_step = policy.action(time_step)
-            next_time_step = self.tf_env.step(action_step.action)
-            transition = trajectory_lib.from_transition(time_step, action_step, next_time_step)
-            for observer in observers:
-                observer(transition)
-            time_step = next_time_step
-        return steps
+        self.collection.collect_random.get_concrete_function()
+        self.collection.collect_with_agent.get_concrete_function()
 
     def pull(self):
         """Refreshes weights and the table's insert count; returns the insert count."""
@@ -131,8 +109,9 @@ class _Collector:
 
     def collect_chunk(self):
         use_random = (self.policy_step is None
-                      or self.global_inserted < self.params['initial_collect_steps'])
-        function = self.collect_random if use_random else self.collect_policy
+                      or self.global_inserted < self.params.initial_collect_steps)
+        function = (self.collection.collect_random if use_random
+                    else self.collection.collect_with_agent)
         steps = tf.constant(self.steps_per_call, tf.int32)
         function(steps)
         self.env_steps += self.steps_per_call * self.num_envs
@@ -146,7 +125,7 @@ def main(root_dir, *, address, collector_id=0, seed=0, force=False, verbose=True
     role = Role(name, give_up_after_s=settings.give_up_after_s)
     directory = common.role_dir(root_dir, 'collect', collector_id)
     common.prepare_dir(directory, force=force)
-    configure_tf(seed + collector_id, params['tf_threads'])
+    configure_tf(seed + collector_id, params.tf_threads)
     collector = _Collector(role, settings, params, address=address, collector_id=collector_id,
                            seed=seed)
     summaries = common.RateSummaries(directory)
@@ -184,9 +163,9 @@ def _loop(collector, role, settings, params, summaries, watchdog):
         if collector.env_steps >= next_pull:
             with watchdog.waiting('pulling weights', f'the replay server at {collector.address}'):
                 inserted = collector.pull()
-            if inserted >= params['num_env_steps']:
+            if inserted >= params.num_env_steps:
                 role.log(f"the table has {collector.global_inserted:,} transitions, the run's "
-                         f"{params['num_env_steps']:,}: collection done")
+                         f"{params.num_env_steps:,}: collection done")
                 return
             next_pull = collector.env_steps + settings.weight_pull_interval
         try:

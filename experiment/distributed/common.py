@@ -15,6 +15,7 @@ from tf_agents.environments import tf_py_environment
 
 from core import rundir
 from envs.suite import make_env
+from experiment.distributed import config
 from experiment.distributed.config import REPLAY_TABLE
 from experiment.summaries import SummaryWriter
 
@@ -36,12 +37,26 @@ def build_agent(params, *, seed, env=None):
     env = env if env is not None else make_env(seed=seed)
     tf_env = tf_py_environment.TFPyEnvironment(env)
     train_step = tf.Variable(0, dtype=tf.int64, name='train_step')
-    agent = params['make_agent'](tf_env.time_step_spec(), tf_env.action_spec(), train_step)
+    agent = params.make_agent(tf_env.time_step_spec(), tf_env.action_spec(), train_step)
     return agent, train_step, tf_env
 
 
 def num_steps_of(agent):
     return agent.train_sequence_length or 2
+
+
+def remote_backend(params, settings, agent, *, num_envs, address):
+    """The run's Reverb replay backend pointed at the replay server.
+
+    Collectors write through it and the learner samples through it: the same
+    `ReplayBackend` (layout, priorities, ids) a single-process Reverb run uses.
+    Every wait is bounded by `settings.timeout_s`.
+    """
+    return config.replay_backend_class(params)(
+        agent.collect_data_spec, capacity=params.replay_capacity, num_envs=num_envs,
+        batch_size=params.batch_size, num_steps=num_steps_of(agent), server_address=address,
+        table_name=config.REPLAY_TABLE, flush_every=settings.flush_every,
+        rate_limiter_timeout_ms=int(settings.timeout_s * 1000))
 
 
 def replay_counters(info):

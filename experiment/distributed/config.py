@@ -3,7 +3,7 @@
 The experiment's own numbers (agent, batch size, replay capacity, step
 budget, eval interval, replay ratio) stay bound to `run`, so a distributed
 config is the single-process config plus a few `distributed.settings`
-lines; roles read `run`'s bindings with `run_params` instead of copying them.
+lines; every role reads the same `RunConfig` a single-process run does.
 
 The rate limiter is validated here, before any process starts, because
 Reverb accepts settings that deadlock: a table that never reaches its
@@ -12,12 +12,13 @@ one insert's worth of samples blocks collectors and learner at once.
 """
 
 import dataclasses
-import inspect
 import math
 
 import gin
 
+from buffers import reverb_replay
 from core.errors import UserError
+from experiment import config as config_lib
 
 REPLAY_TABLE = 'distributed_replay'
 
@@ -84,18 +85,17 @@ def settings(samples_per_insert=None,
       A `Settings`.
     """
     params = run_params()
-    batch_size = params['batch_size']
-    ratio = params['train_steps_per_iteration'] / params['collect_steps_per_iteration']
+    batch_size = params.batch_size
     if samples_per_insert is None:
-        samples_per_insert = batch_size * ratio
-    steps_per_call = learner_steps_per_call or params['train_steps_per_iteration']
+        samples_per_insert = batch_size * params.replay_ratio
+    steps_per_call = learner_steps_per_call or params.train_steps_per_iteration
     if error_buffer is None:
         error_buffer = max(2.0 * steps_per_call * batch_size, 2.0 * samples_per_insert)
     return Settings(
         samples_per_insert=float(samples_per_insert),
         error_buffer=float(error_buffer),
         min_size_to_sample=int(min_size_to_sample if min_size_to_sample is not None
-                               else params['initial_collect_steps']),
+                               else params.initial_collect_steps),
         weight_pull_interval=int(weight_pull_interval),
         learner_steps_per_call=int(steps_per_call),
         weight_push_interval=int(weight_push_interval or steps_per_call),
@@ -108,28 +108,29 @@ def settings(samples_per_insert=None,
 
 
 def run_params():
-    """`run`'s parameters as the Gin config binds them, defaults filled in.
+    """The run's `RunConfig` as Gin binds it: the object a single process reads too."""
+    return config_lib.load(config_lib.RunConfig)
 
-    Roles never call `run`, but the experiment's numbers are bound to it;
-    reading them here keeps one source of truth for both modes.
+
+def replay_backend_class(params):
+    """The Reverb backend class the run's table uses: `run.replay_backend` if it is one.
+
+    A distributed run replays through a Reverb server, so a non-Reverb backend
+    (e.g. the default `UniformReplay`) maps to its Reverb counterpart.
     """
-    from experiment.run import run
-
-    params = {name: parameter.default
-              for name, parameter in inspect.signature(run).parameters.items()
-              if parameter.kind is inspect.Parameter.KEYWORD_ONLY}
-    params.update(gin.get_bindings(run))
-    if params['make_agent'] is gin.REQUIRED:
-        raise UserError("The config binds no run.make_agent: include an experiment config "
-                        "such as configs/sac_pendulum.gin.")
-    return params
+    backend = params.replay_backend
+    reverb_classes = (reverb_replay.ReverbUniformReplay, reverb_replay.ReverbPrioritizedReplay)
+    if isinstance(backend, type) and issubclass(backend, reverb_classes):
+        return backend
+    if getattr(backend, '__name__', '') == 'PrioritizedReplay':
+        return reverb_replay.ReverbPrioritizedReplay
+    return reverb_replay.ReverbUniformReplay
 
 
 def max_train_steps(params):
     """The learner's gradient-step budget: the single-process run's, at its replay ratio."""
-    ratio = params['train_steps_per_iteration'] / params['collect_steps_per_iteration']
-    collected = max(params['num_env_steps'] - params['initial_collect_steps'], 0)
-    return int(math.ceil(collected * ratio))
+    collected = max(params.num_env_steps - params.initial_collect_steps, 0)
+    return int(math.ceil(collected * params.replay_ratio))
 
 
 def validate(config, params):
@@ -137,14 +138,14 @@ def validate(config, params):
 
     Args:
       config: the `Settings`.
-      params: `run_params()`.
+      params: the run's `RunConfig`.
 
     Raises:
       UserError: naming the setting, why it cannot work, and what to set.
     """
     spi, buffer, min_size = config.samples_per_insert, config.error_buffer, \
         config.min_size_to_sample
-    capacity = params['replay_capacity']
+    capacity = params.replay_capacity
     if not spi > 0:
         raise UserError(f"distributed.settings.samples_per_insert must be > 0, got {spi}.")
     if min_size < 1:
@@ -161,14 +162,14 @@ def validate(config, params):
             f"distributed.settings.min_size_to_sample={min_size} exceeds run.replay_capacity="
             f"{capacity}: the table could never hold enough windows to start sampling, and the "
             "learner would wait forever. Lower it or raise the capacity.")
-    if min_size >= params['num_env_steps']:
+    if min_size >= params.num_env_steps:
         raise UserError(
             f"distributed.settings.min_size_to_sample={min_size} is not below "
-            f"run.num_env_steps={params['num_env_steps']}: the learner would never start.")
-    if min_size < params['batch_size']:
+            f"run.num_env_steps={params.num_env_steps}: the learner would never start.")
+    if min_size < params.batch_size:
         raise UserError(
             f"distributed.settings.min_size_to_sample={min_size} is below run.batch_size="
-            f"{params['batch_size']}: the first batches would repeat a handful of windows.")
+            f"{params.batch_size}: the first batches would repeat a handful of windows.")
     positive = {'weight_pull_interval': config.weight_pull_interval,
                 'learner_steps_per_call': config.learner_steps_per_call,
                 'weight_push_interval': config.weight_push_interval,

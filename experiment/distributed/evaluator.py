@@ -35,7 +35,7 @@ class _Eval:
         self.role, self.settings, self.params = role, settings, params
         self.agent, self.train_step, _ = common.build_agent(params, seed=seed)
         with gin.config_scope('eval'):
-            self.env = make_env(num_envs=params['num_eval_episodes'], seed=seed + 10_000)
+            self.env = make_env(num_envs=params.num_eval_episodes, seed=seed + 10_000)
         self.evaluator = Evaluator(self.env, self.agent.policy)
         self.store = tables.WeightStore(address, timeout_s=settings.timeout_s)
         self.whom = f'the replay server at {address}'
@@ -65,7 +65,7 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
     role = Role('eval', give_up_after_s=settings.give_up_after_s)
     directory = common.role_dir(root_dir, 'eval')
     common.prepare_dir(directory, force=force)
-    configure_tf(seed, params['tf_threads'])
+    configure_tf(seed, params.tf_threads)
     evaluation = _Eval(role, settings, params, address=address, seed=seed)
     run_state = RunState()
     summaries = common.RateSummaries(directory)
@@ -98,8 +98,9 @@ def _metrics(run_state, evaluation, start):
 
 def _loop(evaluation, role, settings, params, run_state, summaries, watchdog, *, directory,
           start, verbose):
-    interval, budget = params['eval_interval'], params['num_env_steps']
-    target, max_steps = params['target_return'], config.max_train_steps(params)
+    budget = params.num_env_steps
+    interval = params.eval_interval or budget  # 0: only the final evaluation
+    target, max_steps = params.target_return, config.max_train_steps(params)
     next_eval, last_change = interval, (None, time.monotonic())
     while True:
         with watchdog.waiting('reading the replay table', evaluation.whom):
@@ -120,7 +121,7 @@ def _loop(evaluation, role, settings, params, run_state, summaries, watchdog, *,
                              f"{time.monotonic() - start:6.0f} s")
                 rundir.write_metrics(directory, _metrics(run_state, evaluation, start))
                 next_eval = (inserted // interval + 1) * interval
-                if params['stop_at_target_return'] and run_state.steps_to_target is not None:
+                if params.stop_at_target_return and run_state.steps_to_target is not None:
                     role.log(f"reached the target return {target:g}: stopping")
                     return
                 if finished and learner_done:

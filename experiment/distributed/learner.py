@@ -1,10 +1,14 @@
-"""The learn role: Reverb batches into K gradient steps per compiled call, checkpoints, weights out.
+"""The learn role: the single-process `Training` on the replay server; checkpoints, weights out.
 
-Sampling is Reverb's own `TrajectoryDataset`, read inside the `tf.function`
-that takes `learner_steps_per_call` gradient steps, so Python runs once per
-call. The iterator is an argument of that function: when a dataset ends (no
-sample within `timeout_s`: the rate limiter waits for collectors) or fails
-(the server is away), a fresh iterator is passed in without retracing.
+Sampling goes through the run's Reverb replay backend pointed at the server
+(`ReplayBackend.sample` inside the compiled chunk of `learner_steps_per_call`
+gradient steps), so the learner masks LAST -> FIRST boundary windows and, on a
+prioritized table (`run.replay_backend = @ReverbPrioritizedReplay`), feeds the
+TD errors back as priorities exactly as a single process does; importance
+weights anneal beta from `run.importance_beta_start` to 1 over the learner's
+gradient-step budget. When the table gives no sample within `timeout_s` (the
+rate limiter waits for collectors) or the server is away, the backend is
+reopened and the chunk traced again.
 
 The learner owns the training state: agent, optimizers and train step are
 checkpointed in `<root>/learner/checkpoints` every
@@ -18,30 +22,33 @@ import os
 import time
 
 import tensorflow as tf
-from tf_agents.trajectories import time_step as ts
 
 from core import rundir, tags
 from core.export import export_policy
+from core.schedules import linear_schedule
 from core.tf_setup import configure_tf
 from experiment.checkpointing import Checkpointer
 from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import TRANSIENT, Role, Stopped, Watchdog, one_line, retry
+from experiment.loop import Training
 
 
 class _Learner:
-    """The agent, its checkpoint, the weight store and the sampling dataset."""
+    """The agent, its checkpoint, the weight store and the replay backend it samples."""
 
     def __init__(self, role, settings, params, *, address, directory, seed):
         self.role, self.settings, self.params = role, settings, params
         self.address = address
         self.agent, self.train_step, tf_env = common.build_agent(params, seed=seed)
-        self.num_steps = common.num_steps_of(self.agent)
+        self.num_envs = tf_env.batch_size
         self.checkpointer = Checkpointer(os.path.join(directory, 'checkpoints'),
                                          agent=self.agent, train_step=self.train_step)
         self.store = tables.WeightStore(address, timeout_s=settings.timeout_s)
         self.whom_server = f'the replay server at {address}'
-        self.train = tf.function(self._train_chunk)
-        del tf_env
+        self.importance_beta = linear_schedule(self.train_step, params.importance_beta_start,
+                                               1.0, config.max_train_steps(params))
+        self.backend = None
+        self.training = None
 
     def probe(self):
         return common.limiter_state(common.replay_counters(self.store.server_info()))
@@ -56,36 +63,57 @@ class _Learner:
                                                  int(self.train_step.numpy())),
               what='pushing weights', whom=self.whom_server, timeout_s=self.settings.timeout_s)
 
-    def iterator(self):
-        """A fresh iterator over batches of windows (retried while the server is away)."""
-        import reverb
+    def connect(self):
+        """(Re)opens the replay backend on the server and traces the train chunk for it.
 
-        batch_size = self.params['batch_size']
-        timeout_ms = int(self.settings.timeout_s * 1000)
+        The chunk holds the backend's sampling iterator, so a fresh backend needs a
+        fresh trace (a few seconds; only after a timeout or an outage).
+        """
+        self.disconnect()
 
-        def make():
-            dataset = reverb.TrajectoryDataset.from_table_signature(
-                server_address=self.address, table=config.REPLAY_TABLE,
-                max_in_flight_samples_per_worker=2 * batch_size,
-                rate_limiter_timeout_ms=timeout_ms,
-                get_signature_timeout_secs=max(1, int(self.settings.timeout_s)))
-            # Without repeat(), a stream that timed out ends the dataset: the
-            # learner then sees OutOfRangeError and says whom it waits on.
-            return iter(dataset.batch(batch_size, drop_remainder=True).prefetch(1))
+        def open_and_trace():
+            backend = common.remote_backend(self.params, self.settings, self.agent,
+                                            num_envs=self.num_envs, address=self.address)
+            try:
+                training = Training(agent=self.agent, backend=backend,
+                                    batch_size=self.params.batch_size,
+                                    num_steps=common.num_steps_of(self.agent),
+                                    train_steps=self.settings.learner_steps_per_call,
+                                    use_xla=False, importance_beta=self.importance_beta)
+                training.train.get_concrete_function()
+            except BaseException:
+                _close_quietly(backend)
+                raise
+            return backend, training
 
-        return retry(self.role, make, what='opening the replay dataset', whom=self.whom_server,
-                     timeout_s=self.settings.timeout_s)
+        self.backend, self.training = retry(
+            self.role, open_and_trace, what='opening the replay table',
+            whom=self.whom_server, timeout_s=self.settings.timeout_s)
 
-    def _train_chunk(self, iterator):
-        total = tf.constant(0.0)
-        for _ in tf.range(self.settings.learner_steps_per_call):
-            sample = iterator.get_next()
-            window = tf.nest.pack_sequence_as(self.agent.collect_data_spec,
-                                              tf.nest.flatten(sample.data[0]))
-            # Windows starting on a LAST -> FIRST boundary step are no transitions.
-            weights = tf.cast(window.step_type[:, 0] != ts.StepType.LAST, tf.float32)
-            total += self.agent.train(window, weights=weights).loss
-        return total / float(self.settings.learner_steps_per_call)
+    def disconnect(self):
+        if self.backend is not None:
+            _close_quietly(self.backend)
+        self.backend = self.training = None
+
+    def wait_for_data(self, watchdog):
+        """Blocks (bounded, stoppable) until the table holds enough windows to sample."""
+        wanted = self.settings.min_size_to_sample
+        with watchdog.waiting(f'waiting for {wanted:,} windows in the table',
+                              f'the collectors or {self.whom_server}', self.probe):
+            while self.counters()['size'] < wanted:
+                self.role.sleep(min(self.settings.timeout_s, 1.0))
+
+
+def _close_quietly(backend):
+    try:
+        backend.close()
+    except Exception:  # noqa: BLE001  (a dead server's writer may fail to close)
+        pass
+
+
+def _no_sample(error):
+    """Whether a failed chunk only found no sample in time (the backend's dataset ended)."""
+    return isinstance(error, tf.errors.OutOfRangeError) or 'gave no sample' in str(error)
 
 
 def main(root_dir, *, address, seed=0, force=False, verbose=True):
@@ -95,7 +123,7 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
     role = Role('learner', give_up_after_s=settings.give_up_after_s)
     directory = common.role_dir(root_dir, 'learn')
     common.prepare_dir(directory, force=force)
-    configure_tf(seed, params['tf_threads'])
+    configure_tf(seed, params.tf_threads)
     learner = _Learner(role, settings, params, address=address, directory=directory, seed=seed)
     restored = learner.checkpointer.restore_latest()
     if restored:
@@ -123,6 +151,7 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
     finally:
         watchdog.close()
         role.restore_signal_handlers()
+        learner.disconnect()
     summaries.close()
     if not interrupted:  # exporting takes seconds: not when asked to stop
         export_policy(learner.agent.policy, os.path.join(directory, 'policy'),
@@ -135,11 +164,11 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
 
 
 def _loop(learner, role, settings, params, budget, summaries, watchdog):
-    iterator = learner.iterator()
+    learner.wait_for_data(watchdog)
     # Trace outside the watched section: tracing SAC's train step can take longer than
     # any sample wait on a busy machine, and it is no waiting on peers.
     traced = time.monotonic()
-    learner.train.get_concrete_function(iterator)
+    learner.connect()
     role.log(f"traced the train function in {time.monotonic() - traced:.1f} s")
     step = int(learner.train_step.numpy())
     next_summary = time.monotonic() + settings.summary_interval_s
@@ -147,21 +176,21 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
         try:
             with watchdog.waiting('sampling a batch', f'the collectors or {learner.whom_server}',
                                   learner.probe):
-                loss = learner.train(iterator)
-        except tf.errors.OutOfRangeError:
-            counters = learner.counters()
-            if counters['inserted'] >= params['num_env_steps']:
-                role.log(f"collection is done ({counters['inserted']:,} transitions) and no "
-                         f"batch came within {settings.timeout_s:g} s: stopping at {step:,}")
-                return
-            role.log(f"no batch within {settings.timeout_s:g} s, waiting on the collectors: "
-                     f"{common.limiter_state(counters)}")
-            iterator = learner.iterator()
-            continue
+                loss = learner.training.train()['loss']
         except TRANSIENT as error:
-            role.log(f"sampling failed ({one_line(error)}); reopening the dataset")
-            role.sleep(min(settings.timeout_s, 2.0))
-            iterator = learner.iterator()
+            if _no_sample(error):
+                counters = learner.counters()
+                if counters['inserted'] >= params.num_env_steps:
+                    role.log(f"collection is done ({counters['inserted']:,} transitions) and "
+                             f"no batch came within {settings.timeout_s:g} s: stopping at "
+                             f"{step:,}")
+                    return
+                role.log(f"no batch within {settings.timeout_s:g} s, waiting on the "
+                         f"collectors: {common.limiter_state(counters)}")
+            else:
+                role.log(f"sampling failed ({one_line(error)}); reopening the replay table")
+                role.sleep(min(settings.timeout_s, 2.0))
+            learner.connect()
             continue
         before, step = step, int(learner.train_step.numpy())
         if step // settings.weight_push_interval > before // settings.weight_push_interval:

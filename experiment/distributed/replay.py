@@ -3,7 +3,10 @@
 The server loads the newest complete checkpoint in `<root>/replay/reverb`
 when it starts, so a killed server restarted with the same command comes
 back with every window and the weights it had at its last checkpoint
-(taken every `server_checkpoint_interval_s` and on SIGINT/SIGTERM).
+(taken every `server_checkpoint_interval_s` and on SIGINT/SIGTERM; the
+last two are kept as `<root>/replay/reverb/ckpt-NNNNNN/`). The table itself
+is the run's Reverb replay backend hosting its server (`port=`,
+`rate_limiter=`), so its layout is the single-process one.
 Collectors and the learner reconnect by themselves. Items inserted after
 the last checkpoint are lost with the process: experience is cheap to
 collect again, and the learner's own checkpoint never depends on them.
@@ -15,31 +18,16 @@ been in anyway, so it cannot block both sides.
 """
 
 import os
-import shutil
 import time
 
 import reverb
 
-from buffers.base import validate_capacity
+from buffers.reverb_replay import latest_checkpoint
 from core import rundir
 from core.tf_setup import configure_tf
 from experiment.distributed import common, config, net, tables
 from experiment.distributed.waiting import Role, one_line
-
-_KEEP_CHECKPOINTS = 2
-
-
-def _complete_checkpoints(directory):
-    """Reverb checkpoint folders with their DONE marker, oldest first (names are timestamps)."""
-    if not os.path.isdir(directory):
-        return []
-    return sorted(os.path.join(directory, name) for name in os.listdir(directory)
-                  if os.path.isfile(os.path.join(directory, name, 'DONE')))
-
-
-def _prune(directory):
-    for old in _complete_checkpoints(directory)[:-_KEEP_CHECKPOINTS]:
-        shutil.rmtree(old, ignore_errors=True)
+from experiment.trainer import build_backend
 
 
 def main(root_dir, *, address, bind_all_interfaces=False, seed=0, force=False, verbose=True):
@@ -51,44 +39,43 @@ def main(root_dir, *, address, bind_all_interfaces=False, seed=0, force=False, v
     role = Role('replay', give_up_after_s=settings.give_up_after_s)
     directory = common.role_dir(root_dir, 'replay')
     common.prepare_dir(directory, force=force)
-    configure_tf(seed, params['tf_threads'])
+    configure_tf(seed, params.tf_threads)
     agent, _, tf_env = common.build_agent(params, seed=seed)
-    num_envs = tf_env.batch_size
-    num_steps = common.num_steps_of(agent)
-    validate_capacity(params['replay_capacity'], batch_size=params['batch_size'],
-                      num_envs=num_envs, num_steps=num_steps)
-    replay_table = tables.replay_table(
-        config.REPLAY_TABLE, agent.collect_data_spec, num_steps=num_steps,
-        capacity=params['replay_capacity'], rate_limiter=config.rate_limiter(settings))
-    variables_table = tables.variables_table(agent.collect_policy.variables())
     checkpoint_dir = os.path.join(directory, 'reverb')
-    os.makedirs(checkpoint_dir, exist_ok=True)
-    restoring = _complete_checkpoints(checkpoint_dir)
-    server = reverb.Server([replay_table, variables_table], port=port,
-                           checkpointer=reverb.checkpointers.DefaultCheckpointer(checkpoint_dir))
-    client = reverb.Client(f'localhost:{port}')
+    restoring = latest_checkpoint(checkpoint_dir)
+    # The replay backend hosts the server: the table's layout, sampler and checkpoints are
+    # the ones a single-process Reverb run uses, with the distributed rate limiter.
+    backend_class = config.replay_backend_class(params)
+    backend = build_backend(
+        backend_class, agent.collect_data_spec, capacity=params.replay_capacity,
+        num_envs=tf_env.batch_size, batch_size=params.batch_size,
+        num_steps=common.num_steps_of(agent), table_name=config.REPLAY_TABLE,
+        checkpoint_dir=checkpoint_dir, port=port, rate_limiter=config.rate_limiter(settings),
+        extra_tables=[tables.variables_table(agent.collect_policy.variables())],
+        initial_checkpoint=restoring)
+    client = reverb.Client(backend.server_address)
     counters = common.replay_counters(client.server_info(int(settings.timeout_s)))
     if restoring:
-        role.log(f"restored {restoring[-1]}: {counters['size']:,} windows, "
+        role.log(f"restored {restoring}: {counters['size']:,} windows, "
                  f"{counters['inserted']:,} inserted, {counters['sampled']:,} sampled")
     where = 'every interface' if bind_all_interfaces else 'loopback only (private namespace)'
-    role.log(f"serving on port {port} ({where}); samples_per_insert="
+    role.log(f"serving {backend_class.__name__} on port {port} ({where}); samples_per_insert="
              f"{settings.samples_per_insert:g}, error_buffer={settings.error_buffer:g}, "
              f"min_size_to_sample={settings.min_size_to_sample:,}")
     summaries = common.RateSummaries(os.path.join(directory))
     role.install_signal_handlers()
     try:
-        counters = _serve(role, client, settings, summaries, checkpoint_dir, verbose=verbose)
+        counters = _serve(role, backend, client, settings, summaries, verbose=verbose)
     finally:
         summaries.close()
-        server.stop()
+        backend.close()
         role.restore_signal_handlers()
     rundir.write_metrics(directory, counters)
     role.log("stopped")
     return counters
 
 
-def _serve(role, client, settings, summaries, checkpoint_dir, *, verbose):
+def _serve(role, backend, client, settings, summaries, *, verbose):
     now = time.monotonic()
     next_checkpoint = now + settings.server_checkpoint_interval_s
     next_summary = now
@@ -97,9 +84,8 @@ def _serve(role, client, settings, summaries, checkpoint_dir, *, verbose):
         now = time.monotonic()
         if stopping or now >= next_checkpoint:
             try:
-                path = client.checkpoint()
-                _prune(checkpoint_dir)
-            except RuntimeError as error:  # a full disk must not take the server down
+                path = backend.save_checkpoint()
+            except (RuntimeError, OSError) as error:  # a full disk must not take the server down
                 role.log(f"checkpoint failed ({one_line(error)}); the previous one is kept")
             else:
                 if stopping and verbose:

@@ -1,10 +1,8 @@
-"""The replay server's two tables and the weight hand-off through the second.
+"""The weight hand-off between learner and actors: the replay server's second table.
 
-Replay table: windows in `ReverbUniformReplay`'s one-column-per-leaf layout
-(the backend detects it from the signature and writes it, so collectors
-reuse that backend's writer against this server, and the learner reads the
-window nest straight from Reverb's dataset), uniform sampling, Fifo
-eviction, and a `SampleToInsertRatio` rate limiter.
+(The replay table is the run's Reverb replay backend's own, built by that
+backend in the replay role; collectors write and the learner samples through
+the same backend class pointed at the server.)
 
 Variables table: one item (max_size 1, Fifo) holding the latest policy
 weights and the learner's train step, in the layout of TF-Agents'
@@ -24,23 +22,6 @@ import tree
 VARIABLES_TABLE = 'variables'
 POLICY_KEY = 'policy_variables'
 TRAIN_STEP_KEY = 'train_step'
-
-
-def window_signature(data_spec, num_steps):
-    """(window nest [T, ...], first-step id): what `ReverbUniformReplay` writes per item."""
-    return (tf.nest.map_structure(
-        lambda spec: tf.TensorSpec([num_steps, *spec.shape], spec.dtype), data_spec),
-        tf.TensorSpec([], tf.int64))
-
-
-def replay_table(name, data_spec, *, num_steps, capacity, rate_limiter):
-    return reverb.Table(
-        name=name,
-        sampler=reverb.selectors.Uniform(),
-        remover=reverb.selectors.Fifo(),
-        max_size=capacity,
-        rate_limiter=rate_limiter,
-        signature=window_signature(data_spec, num_steps))
 
 
 def variables_signature(policy_variables):

@@ -13,7 +13,6 @@ forever while a server is down).
 
 import contextlib
 import os
-import signal
 import sys
 import threading
 import time
@@ -22,6 +21,7 @@ import reverb
 import tensorflow as tf
 
 from core.errors import UserError
+from core.signals import StopSignal
 
 EXIT_GAVE_UP = 3
 # Errors a peer's absence or a rate limiter's hold can raise (Reverb raises
@@ -40,79 +40,36 @@ def one_line(error):
 
 
 class Role:
-    """A role's name, log and stop flag; SIGINT and SIGTERM set the flag.
+    """A role's name, log and stop flag; SIGINT and SIGTERM set the flag (`core.signals`).
 
     Roles finish their current step and save before exiting, so signals only
-    request a stop; a second signal exits at once. Python runs signal handlers
-    only in the main thread, between bytecodes -- never while the main thread
-    waits inside TensorFlow or Reverb (a rate-limited write can last a minute).
-    So the signal number is also written to a wakeup pipe at C level, and a
-    thread reading it sets the flag at once, where the watchdog can see it.
+    request a stop; a second signal exits at once.
     """
-
-    _SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, name, *, give_up_after_s=600.0, report_every_s=10.0):
         self.name = name
-        self.stop = threading.Event()
         self.give_up_after_s = give_up_after_s
         self.report_every_s = report_every_s
-        self._previous = {}
-        self._previous_wakeup = None
+        self._signals = StopSignal(on_signal=self._said, second_signal_exits=True)
+        self.stop = self._signals.event
 
     def log(self, message):
         print(f"{time.strftime('%H:%M:%S')} [{self.name}] {message}", flush=True)
 
+    def _said(self, name, first):
+        self.log(f"{name}: stopping after the current step." if first else
+                 f"{name} again: exiting at once.")
+
     def install_signal_handlers(self):
-        read_fd, write_fd = os.pipe()
-        os.set_blocking(write_fd, False)
-        try:
-            self._previous_wakeup = signal.set_wakeup_fd(write_fd)
-        except ValueError:  # not the main thread (tests): leave signals alone
-            os.close(read_fd)
-            os.close(write_fd)
-            return
-        for signum in self._SIGNALS:
-            # A Python-level handler must exist for the C handler to write the pipe;
-            # the reading thread does the work.
-            self._previous[signum] = signal.signal(signum, _deferred_handler)
-        threading.Thread(target=self._read_signals, args=(read_fd,), daemon=True,
-                         name=f'{self.name}-signals').start()
+        self._signals.install()
 
     def restore_signal_handlers(self):
-        for signum, handler in self._previous.items():
-            signal.signal(signum, handler)
-        self._previous = {}
-        if self._previous_wakeup is not None:
-            signal.set_wakeup_fd(self._previous_wakeup)
-            self._previous_wakeup = None
-
-    def _read_signals(self, read_fd):
-        while True:
-            try:
-                data = os.read(read_fd, 64)
-            except OSError:
-                return
-            for signum in data:
-                if signum in self._SIGNALS:
-                    self._handle(signum)
-
-    def _handle(self, signum):
-        if self.stop.is_set():  # a second signal: stop now
-            self.log(f"{signal.Signals(signum).name} again: exiting at once.")
-            os._exit(130)
-        self.log(f"{signal.Signals(signum).name}: stopping after the current step.")
-        self.stop.set()
+        self._signals.restore()
 
     def sleep(self, seconds):
         """Sleeps unless asked to stop; raises `Stopped` if it was."""
         if self.stop.wait(seconds):
             raise Stopped()
-
-
-def _deferred_handler(signum, frame):
-    """Runs (late) in the main thread; `Role._read_signals` has already acted."""
-    del signum, frame
 
 
 def retry(role, call, *, what, whom, timeout_s, first_delay_s=0.5, max_delay_s=8.0,

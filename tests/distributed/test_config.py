@@ -29,7 +29,7 @@ def parse():
 def test_the_config_derives_the_single_process_replay_ratio(parse):
     settings, params = parse()
     assert settings.samples_per_insert == 256  # batch 256 x 64 gradient / 64 env steps
-    assert settings.min_size_to_sample == params['initial_collect_steps'] == 1000
+    assert settings.min_size_to_sample == params.initial_collect_steps == 1000
     assert settings.learner_steps_per_call == 64 and settings.error_buffer == 32768
     config.validate(settings, params)
     assert config.max_train_steps(params) == 19_000

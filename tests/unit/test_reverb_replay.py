@@ -322,23 +322,6 @@ def test_packed_columns_round_trip_every_dtype(make):
                 np.testing.assert_array_equal(value.numpy()[b, i], expected[name][env[b, i]])
 
 
-def test_a_table_in_the_one_column_per_leaf_layout_is_still_served(make):
-    """A server run elsewhere with the older `(window nest, id)` signature keeps working."""
-    owner = make(cls=ReverbUniformReplay, pack_columns=False)
-    assert len(tf.nest.flatten(_signature(owner))) == len(SPEC) + 1
-    client = make(cls=ReverbUniformReplay, server_address=owner.server_address,
-                  table_name=owner.table_name)  # packs by default, follows the table
-    _fill(client, 0, 4)
-    client.metrics()  # flushes the client's writer, so the owner's first read sees the items
-    for buffer in (owner, client):
-        window, info = buffer.sample(64, 2)
-        t, env = window['t'].numpy(), window['env'].numpy()
-        np.testing.assert_array_equal(np.diff(t, axis=1), 1)
-        np.testing.assert_allclose(window['obs'].numpy()[..., 0], t * 10 + env)
-    ages = client.ages(info.keys.numpy())
-    assert set(ages) <= {8 - (2 * t + e) for t in range(3) for e in range(2)}
-
-
 def test_chunk_length_is_validated_and_used(make):
     with pytest.raises(UserError, match='chunk_length'):
         make(cls=ReverbUniformReplay, chunk_length=3)

@@ -1,0 +1,189 @@
+"""Online training: the Trainer with a fused collect/train chunk (`run.*` bindings).
+
+`train_online` builds the envs, the agent, the replay backend (optionally
+mixed with a logged dataset) and the compiled loop, then trains: initial
+collection, collect/train chunks at the configured ratio, and the periodic
+work as hooks (summaries, evaluation, policy snapshots, checkpoints). It
+returns the final metrics (tests and sweeps assert on them).
+"""
+
+import os
+
+import gin
+import tensorflow as tf
+from tf_agents.environments import tf_py_environment
+from tf_agents.metrics import tf_metrics
+
+from buffers.mixing import MixedReplay
+from buffers.uniform import UniformReplay
+from core import tags
+from core.errors import UserError
+from core.schedules import linear_schedule
+from envs.suite import make_env
+from experiment import config as config_lib
+from experiment.buffer_probe import BufferProbe
+from experiment.loop import FusedLoop
+from experiment.train_summaries import TrainSummaries
+from experiment.trainer import Hook, Trainer, build_backend, resume_seed
+from rlds_io.files import Dataset
+from rlds_io.importing import load_dataset_into_backend
+from rlds_io.recording import ExperienceRecorder
+
+
+def train_online(root_dir, seed=0, force=False, config=None):
+    """Trains one agent online; resumes if root_dir already holds this run.
+
+    Args:
+      root_dir: run directory (from --root_dir).
+      seed: run seed (from --seed).
+      force: resume even though the config changed (from --force).
+      config: a `RunConfig`; default: the one Gin binds (`run.*`).
+
+    Returns:
+      A dict of final metrics (also written to root_dir/metrics.json).
+    """
+    config = config or config_lib.load(config_lib.RunConfig)
+    with Trainer(root_dir, seed=seed, force=force, tf_threads=config.tf_threads,
+                 verbose=config.verbose, unit='env steps') as trainer:
+        return _train(trainer, config, seed)
+
+
+def _train(trainer, config, seed):
+    env_step = tf.Variable(0, dtype=tf.int64, name='env_step')
+    env = make_env(seed=seed)
+    num_envs = env.batch_size
+    config.check_num_envs(num_envs)
+    tf_env = tf_py_environment.TFPyEnvironment(env)
+    agent = config.make_agent(tf_env.time_step_spec(), tf_env.action_spec(), trainer.train_step)
+    num_steps = agent.train_sequence_length or 2
+    backend = _build_replay(config, trainer, agent, tf_env, num_envs=num_envs,
+                            num_steps=num_steps)
+    train_metrics = {
+        tags.TRAIN_AVERAGE_RETURN: tf_metrics.AverageReturnMetric(batch_size=num_envs),
+        tags.TRAIN_AVERAGE_EPISODE_LENGTH:
+            tf_metrics.AverageEpisodeLengthMetric(batch_size=num_envs),
+        tags.TRAIN_EPISODES: tf_metrics.NumberOfEpisodes(),
+    }
+    start_step = trainer.restore(env_step, agent=agent, env_step=env_step,
+                                 replay=backend.checkpoint_items(),
+                                 metrics=list(train_metrics.values()))
+    if config.initialize_from and start_step == 0:
+        _initialize_agent(agent, config.initialize_from, trainer)
+    if start_step > 0:
+        # Restarted RNG streams must not replay the first run's random numbers.
+        tf.random.set_seed(resume_seed(seed, start_step))
+        env.close()
+        env = make_env(seed=resume_seed(seed, start_step))
+        tf_env = tf_py_environment.TFPyEnvironment(env)
+    with gin.config_scope('eval'):
+        eval_env = make_env(num_envs=config.num_eval_episodes, seed=seed + 10_000)
+    importance_beta = linear_schedule(env_step, config.importance_beta_start, 1.0,
+                                      config.importance_beta_anneal_steps or config.num_env_steps)
+    recorder = None
+    if config.record_dataset:
+        recorder = ExperienceRecorder(os.path.join(trainer.root_dir, 'recorded'),
+                                      agent.collect_data_spec, num_envs, resume_step=start_step)
+        trainer.on_checkpoint(recorder.save_shard)
+    loop = FusedLoop(agent=agent, tf_env=tf_env, backend=backend,
+                     observers=list(train_metrics.values()) + ([recorder] if recorder else []),
+                     env_steps=env_step, batch_size=config.batch_size, num_steps=num_steps,
+                     train_steps=config.train_steps_per_iteration, use_xla=config.use_xla,
+                     importance_beta=importance_beta)
+    trainer.start(start_step, budget=config.num_env_steps, policy=agent.policy,
+                  eval_env=eval_env, target_return=config.target_return)
+    summaries = TrainSummaries(
+        trainer.writer, agent=agent, backend=backend, train_metrics=train_metrics,
+        train_step=trainer.train_step,
+        probe=BufferProbe(backend, batch_size=config.batch_size, num_steps=num_steps,
+                          importance_beta=importance_beta))
+    if start_step == 0 and config.initialize_from:
+        trainer.evaluate(0)  # where the initial weights start: the bar online training must beat
+
+    step = _collect_initial(trainer, loop, config, env_step, num_envs)
+    summaries.start(step)
+    steps_per_chunk = config.collect_steps_per_iteration // num_envs
+
+    def chunk(step):
+        # The last chunk is clipped so the run stops exactly at its budget.
+        steps = min(steps_per_chunk, -(-(config.num_env_steps - step) // num_envs))
+        return loop.iterate(tf.constant(steps, tf.int32))
+
+    hooks = [Hook(config.summary_interval, summaries.write),
+             Hook(config.eval_interval, trainer.evaluate),
+             Hook(config.policy_snapshot_interval, trainer.snapshot),
+             Hook(config.checkpoint_interval, trainer.save_checkpoint)]
+    solved = lambda: (config.stop_at_target_return  # noqa: E731
+                      and trainer.run_state.steps_to_target is not None)
+    step = trainer.run(chunk, step_of=lambda: int(env_step.numpy()),
+                       budget=config.num_env_steps, hooks=hooks, done=solved)
+    trainer.close_out(step, export=config.export_final_policy)
+    if recorder and not trainer.interrupted:
+        _write_recorded_dataset(recorder, trainer, tf_env)
+    metrics = trainer.report(step, {
+        'env_steps': step,
+        'train_steps': int(trainer.train_step.numpy()),
+        'steps_to_target': trainer.run_state.steps_to_target,
+        'uses_xla': loop.uses_xla,
+        'env_steps_per_sec': trainer.rate(step),
+        'buffer_size': backend.metrics()['size'],
+    })
+    backend.close()
+    env.close()
+    eval_env.close()
+    return metrics
+
+
+def _build_replay(config, trainer, agent, tf_env, *, num_envs, num_steps):
+    """The configured backend, mixed with the logged dataset for offline-to-online."""
+    options = {}
+    if getattr(config.replay_backend, 'writes_own_checkpoints', False):
+        # Reverb writes its table checkpoints itself; they must outlive the process to resume.
+        options['checkpoint_dir'] = os.path.join(trainer.root_dir, 'checkpoints', 'replay')
+    backend = build_backend(config.replay_backend, agent.collect_data_spec,
+                            capacity=config.replay_capacity, num_envs=num_envs,
+                            batch_size=config.batch_size, num_steps=num_steps, seed=trainer.seed,
+                            **options)
+    if not config.logged_dataset:
+        return backend
+    dataset = Dataset(config.logged_dataset)
+    dataset.check_specs(tf_env.time_step_spec(), tf_env.action_spec())
+    logged = load_dataset_into_backend(
+        dataset, UniformReplay, spec=agent.collect_data_spec, batch_size=config.batch_size,
+        num_steps=num_steps, seed=trainer.seed, verbose=config.verbose)
+    return MixedReplay(backend, logged, logged_fraction=config.logged_fraction,
+                       batch_size=config.batch_size)
+
+
+def _collect_initial(trainer, loop, config, env_step, num_envs):
+    """Random actions (or the initial agent's) until `initial_collect_steps`; returns the step."""
+    collect = loop.collect_with_agent if config.initialize_from else loop.collect_random
+    steps = tf.constant(config.collect_steps_per_iteration // num_envs, tf.int32)
+    while int(env_step.numpy()) < config.initial_collect_steps and not trainer.stop_requested:
+        collect(steps)
+    return int(env_step.numpy())
+
+
+def _initialize_agent(agent, run_dir, trainer):
+    """Loads the agent's weights (and optimizer state) from another run's latest checkpoint."""
+    path = tf.train.latest_checkpoint(os.path.join(run_dir, 'checkpoints'))
+    if path is None:
+        raise UserError(f"run.initialize_from={run_dir!r} holds no checkpoint: point it at a "
+                        "finished run directory (one with checkpoints/).")
+    try:
+        tf.train.Checkpoint(agent=agent).restore(path).expect_partial() \
+            .assert_existing_objects_matched()
+    except (AssertionError, ValueError, tf.errors.OpError) as error:
+        reason = str(error).strip().splitlines()[0][:160]
+        raise UserError(f"Cannot start from {path} ({reason}): the agent there must be the "
+                        "same kind and size as this run's.") from None
+    trainer.say(f"Starting from the agent weights of {path}.")
+
+
+def _write_recorded_dataset(recorder, trainer, tf_env):
+    metadata = recorder.write_dataset(
+        os.path.join(trainer.root_dir, 'dataset'), observation_spec=tf_env.observation_spec(),
+        action_spec=tf_env.action_spec(),
+        metadata={'kind': 'replay', 'source': trainer.root_dir})
+    trainer.say(f"Wrote the recorded experience to {trainer.root_dir}/dataset: "
+                f"{metadata['num_steps']:,} steps in {metadata['num_episodes']:,} episodes, "
+                f"average return {metadata['average_return']:.1f}.")

@@ -1,0 +1,237 @@
+"""The experiment core every training process shares.
+
+A `Trainer` owns what online and offline training have in common: the run
+directory (config check, resume), TF set-up, the train-step counter, the
+checkpoint of whatever trackables the mode adds, run-level results
+(`RunState`), TensorBoard, greedy evaluation, progress lines, the stop flag
+(SIGINT/SIGTERM), a loop of compiled chunks with periodic work as `Hook`s on
+step intervals, and the close-out (final evaluation and checkpoint, operative
+config, exported policy, metrics.json). A mode (experiment/online.py,
+experiment/offline.py) only builds its own parts and says what one chunk is.
+"""
+
+import dataclasses
+import os
+from typing import Callable
+
+import gin
+import tensorflow as tf
+
+from core import rundir, tags
+from core.errors import UserError
+from core.export import export_policy, export_snapshot
+from core.gin_utils import unused_bindings
+from core.signals import StopSignal
+from core.tf_setup import configure_tf
+from experiment.checkpointing import Checkpointer
+from experiment.evaluation import Evaluator
+from experiment.progress import Progress
+from experiment.run_state import RunState
+from experiment.summaries import SummaryWriter
+
+
+def crossed(interval, before, after):
+    """Whether a multiple of `interval` lies in (before, after]; never for interval <= 0."""
+    return interval > 0 and after // interval > before // interval
+
+
+def resume_seed(seed, step):
+    """A fresh, reproducible seed for RNG streams restarted at a resume."""
+    return seed if step == 0 else (seed * 1_000_003 + step) % (2**31 - 1)
+
+
+@dataclasses.dataclass
+class Hook:
+    """Periodic work: `fn(step, diagnostics)` whenever a multiple of `interval` is crossed."""
+
+    interval: int
+    fn: Callable
+
+
+class Trainer:
+    """Run directory, counters, checkpoint, summaries, evaluation, hooks and stop flag."""
+
+    def __init__(self, root_dir, *, seed, force, tf_threads, verbose, unit):
+        """Checks the run directory and sets TF up; builds nothing of the experiment.
+
+        Args:
+          root_dir: the run directory; resumed if it holds this config's run.
+          seed: the run seed.
+          force: resume even though the config changed.
+          tf_threads: TF intra/inter-op threads.
+          verbose: print progress lines.
+          unit: what the step axis counts, e.g. 'env steps' or 'train steps'.
+        """
+        self.root_dir = root_dir
+        self.seed = seed
+        self.verbose = verbose
+        self.unit = unit
+        self.resuming = rundir.prepare(root_dir, gin.config_str(), force=force)
+        configure_tf(seed, tf_threads)
+        self.train_step = tf.Variable(0, dtype=tf.int64, name='train_step')
+        self.run_state = RunState()
+        self.interrupted = False
+        self._stop = StopSignal()
+        self._checkpointer = None
+        self._evaluator = None
+        self._policy = None
+        self._target_return = None
+        self._on_checkpoint = []
+        self.writer = None
+        self.progress = None
+        self.start_step = 0
+
+    def say(self, text):
+        if self.verbose:
+            print(text, flush=True)
+
+    # -- Set-up, in this order: restore, then start -------------------------------------------
+
+    def restore(self, step_counter, **trackables):
+        """Checkpoints `trackables` (with the train step and run state) and resumes them.
+
+        Args:
+          step_counter: the variable the step axis reads (env or train steps).
+          **trackables: what else the mode's checkpoint holds (agent, replay, ...).
+
+        Returns:
+          The step restored (0 for a new run).
+        """
+        self._checkpointer = Checkpointer(
+            os.path.join(self.root_dir, 'checkpoints'), train_step=self.train_step,
+            run_state=self.run_state, **trackables)
+        if self.resuming:
+            restored = self._checkpointer.restore_latest()
+            if restored:
+                self.say(f"Resuming from {restored} at {self.unit[:-1]} "
+                         f"{int(step_counter.numpy()):,}.")
+        return int(step_counter.numpy())
+
+    def start(self, step, *, budget, policy, eval_env, target_return=None):
+        """Opens TensorBoard and progress at `step`; `policy` is evaluated on `eval_env`."""
+        self.start_step = step
+        self._policy = policy
+        self._evaluator = Evaluator(eval_env, policy)
+        self._target_return = target_return
+        self.writer = SummaryWriter(self.root_dir, resume_step=step or None)
+        self.progress = Progress(budget, start_step=step, enabled=self.verbose, unit=self.unit)
+        if step == 0:
+            self.writer.operative_config(gin.config_str(), 0)
+
+    def on_checkpoint(self, fn):
+        """Also runs `fn(step)` right before every checkpoint (e.g. a recorder's shard)."""
+        self._on_checkpoint.append(fn)
+
+    # -- Periodic work ----------------------------------------------------------------------------
+
+    def evaluate(self, step, diagnostics=None):
+        """Plays the greedy policy; writes eval/* and a progress line."""
+        del diagnostics
+        average_return, average_length = self._evaluator()
+        self.writer.scalars({tags.EVAL_AVERAGE_RETURN: average_return,
+                             tags.EVAL_AVERAGE_EPISODE_LENGTH: average_length}, step)
+        self.run_state.record_eval(step, average_return, self._target_return)
+        self.progress.line(step, average_return)
+
+    def save_checkpoint(self, step, diagnostics=None):
+        del diagnostics
+        self.writer.flush()  # flush first: events never outrun the checkpoint they belong to
+        self.run_state.add_wall_time(self.progress.lap())
+        for fn in self._on_checkpoint:
+            fn(step)
+        self._checkpointer.save(step)
+
+    def snapshot(self, step, diagnostics=None):
+        """Exports the greedy policy with its (fresh) eval return under root_dir/policies/."""
+        del diagnostics
+        if self.run_state.last_eval_step != step:
+            self.evaluate(step)
+        export_snapshot(self._policy, self.root_dir, step, self.train_step,
+                        self.run_state.last_eval_return)
+
+    # -- The loop -------------------------------------------------------------------------------
+
+    @property
+    def stop_requested(self):
+        return self._stop.requested
+
+    def __enter__(self):
+        self._stop.install()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.restore()
+
+    def run(self, chunk, *, step_of, budget, hooks, done=lambda: False):
+        """Runs `chunk(step)` until `step_of()` reaches `budget`, a stop, or `done()`.
+
+        Args:
+          chunk: runs one compiled chunk; returns its diagnostics (tensors).
+          step_of: reads the step counter.
+          budget: the step to stop at.
+          hooks: `Hook`s, run in order after each chunk whose interval was crossed.
+          done: checked after the hooks; True ends training early (target reached).
+
+        Returns:
+          The step reached.
+        """
+        step = step_of()
+        while step < budget:
+            if self.stop_requested:
+                self.interrupted = True
+                break
+            diagnostics = chunk(step)
+            before, step = step, step_of()
+            for hook in hooks:
+                if crossed(hook.interval, before, step):
+                    hook.fn(step, diagnostics)
+            self.progress.maybe_line(step, self.run_state.last_eval_return)
+            if done():
+                break
+        return step_of()
+
+    # -- Close-out ------------------------------------------------------------------------------
+
+    def close_out(self, step, *, export):
+        """Final evaluation and checkpoint, operative config, and the exported policy."""
+        if not self.interrupted and self.run_state.last_eval_step != step:
+            self.evaluate(step)
+        self.save_checkpoint(step)
+        self.writer.operative_config(gin.operative_config_str(), step)
+        self.writer.close()
+        rundir.atomic_write_text(os.path.join(self.root_dir, 'operative_config.gin'),
+                                 gin.operative_config_str())
+        if export and not self.interrupted:
+            export_policy(self._policy, os.path.join(self.root_dir, 'policy'), self.train_step)
+
+    def report(self, step, metrics):
+        """Adds the run-level results to `metrics`, writes metrics.json, prints warnings."""
+        metrics = {
+            **metrics,
+            'final_eval_return': self.run_state.last_eval_return,
+            'best_eval_return': self.run_state.best_eval_return,
+            'interrupted': self.interrupted,
+            'wall_time_s': self.run_state.wall_time_s,
+            'unused_bindings': unused_bindings(),
+        }
+        rundir.write_metrics(self.root_dir, metrics)
+        if metrics['unused_bindings']:
+            self.say("warning: these Gin bindings had no effect (check scope and spelling): "
+                     + ', '.join(metrics['unused_bindings']))
+        if self.interrupted:
+            self.say(f"Interrupted at {self.unit[:-1]} {step:,}: checkpoint saved; rerun the "
+                     "same command to resume.")
+        return metrics
+
+    def rate(self, step):
+        """Steps per second of this process's training so far."""
+        return (step - self.start_step) / max(self.progress.elapsed(), 1e-9)
+
+
+def build_backend(backend_class, data_spec, **options):
+    """Builds a replay backend; its errors say which bindings set the values they name."""
+    try:
+        return backend_class(data_spec, **options)
+    except UserError as error:
+        raise UserError(f"{error} (replay: run.replay_backend={backend_class.__name__}, "
+                        "capacity = run.replay_capacity, batch_size = run.batch_size)") from None
