@@ -1,0 +1,62 @@
+"""A distributed learner on a prioritized Reverb table feeds its TD errors back as priorities.
+
+Real roles (replay server, learner, one collector) on DQN CartPole shrunk to
+(8, 8) networks: collectors insert every window at priority 1.0, so any
+other priority in the table was set by the learner's `update_priorities`,
+the same call a single-process prioritized run makes.
+"""
+
+import os
+
+import numpy as np
+import pytest
+import reverb
+
+from experiment.distributed import common, tables
+from experiment.distributed.cluster import Cluster, free_port
+from experiment.distributed.config import REPLAY_TABLE
+from tests.distributed.conftest import FAST, ROOT, wait_until
+
+pytestmark = [pytest.mark.reverb, pytest.mark.timeout(600)]
+
+
+def _pushed_step(address):
+    try:
+        pulled = tables.WeightStore(address, timeout_s=2).pull()
+    except (RuntimeError, reverb.errors.ReverbError):
+        return None
+    return None if pulled is None else pulled[1]
+
+
+def _sampled_priorities(address, count=256):
+    client = reverb.Client(address)
+    samples = client.sample(REPLAY_TABLE, num_samples=count, emit_timesteps=False)
+    return np.array([sample.info.priority for sample in samples], np.float64)
+
+
+def test_the_learner_updates_priorities_on_the_server(tmp_path):
+    os.chdir(ROOT)
+    cluster = Cluster(
+        gin_files=['configs/dqn_cartpole.gin', 'configs/testing/tiny.gin'],
+        gin_bindings=FAST + ['run.replay_backend = @ReverbPrioritizedReplay',
+                             'run.num_env_steps = 1000000'],
+        root_dir=str(tmp_path / 'run'), port=free_port(), bind_all_interfaces=True)
+    try:
+        cluster.start('replay')
+        cluster.start('learn')
+        cluster.start('collect', 0)
+        wait_until(lambda: (_pushed_step(cluster.address) or 0) >= 40,
+                   'the learner to take 40 gradient steps', cluster)
+        info = reverb.Client(cluster.address).server_info(5)[REPLAY_TABLE]
+        assert 'prioritized' in str(info.sampler_options)
+        priorities = _sampled_priorities(cluster.address)
+        # New windows enter at 1.0; the learner's |TD error| + epsilon replaced some.
+        assert np.any(np.abs(priorities - 1.0) > 1e-6), priorities
+        assert np.all(priorities > 0)
+        counters = common.replay_counters(reverb.Client(cluster.address).server_info(5))
+        assert counters['sampled'] > 0
+        assert 'ReverbPrioritizedReplay' in open(cluster.log_path('replay')).read()
+    finally:
+        for name in list(cluster.procs):
+            if cluster.alive(name):
+                cluster.kill(name)
