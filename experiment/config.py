@@ -10,6 +10,7 @@ is one line naming the binding, the value and what is expected.
 import dataclasses
 import math
 import numbers
+import re
 from typing import Any, Callable, Optional
 
 import gin
@@ -57,34 +58,72 @@ def _required(scope, name, value):
                         "such as configs/dqn_cartpole.gin.")
 
 
-@gin.configurable('run')
 @dataclasses.dataclass(frozen=True)
-class RunConfig:
-    """An online (or distributed) training run; Gin binds each field as `run.<field>`.
+class _TrainingConfig:
+    """What every kind of training run has (not bound by itself; see the subclasses).
+
+    Intervals count the run's step axis: env steps online, gradient steps offline.
 
     Attributes:
       make_agent: agent factory, e.g. `@dqn.make_agent`.
-      num_env_steps: total env steps, summed over env copies, initial collection included.
-      initial_collect_steps: env steps of uniform-random actions before training.
-      collect_steps_per_iteration: env steps (over all copies) per collect chunk.
-      train_steps_per_iteration: gradient steps per train chunk; the ratio of the
-        two is the replay ratio (1:1 is one gradient step per env step).
+      train_steps_per_iteration: gradient steps per compiled train chunk.
       batch_size: windows per gradient step.
       replay_backend: the backend class, e.g. `@UniformReplay`.
+      eval_interval: steps between greedy evaluations (0: only at the end).
+      num_eval_episodes: episodes per evaluation, played side by side.
+      checkpoint_interval: steps between checkpoints (0: only at the end).
+      summary_interval: steps between training summaries (0: none).
+      use_xla: jit-compile the train chunk when the backend supports it.
+      tf_threads: TF intra/inter-op threads (1 is fastest for small networks).
+      export_final_policy: write the greedy policy as a SavedModel at the end.
+      verbose: print progress lines.
+    """
+
+    make_agent: Callable = gin.REQUIRED
+    train_steps_per_iteration: int = 32
+    batch_size: int = 64
+    replay_backend: Any = UniformReplay
+    eval_interval: int = 5_000
+    num_eval_episodes: int = 10
+    checkpoint_interval: int = 10_000
+    summary_interval: int = 1_000
+    use_xla: bool = True
+    tf_threads: int = 1
+    export_final_policy: bool = True
+    verbose: bool = True
+
+    def _check_common(self, scope, **more):
+        _required(scope, 'make_agent', self.make_agent)
+        checks = {
+            'positive': ('train_steps_per_iteration', 'batch_size', 'num_eval_episodes',
+                         'tf_threads'),
+            'non_negative': ('eval_interval', 'checkpoint_interval', 'summary_interval'),
+            'flags': ('use_xla', 'export_final_policy', 'verbose'),
+            'callables': ('make_agent', 'replay_backend'),
+        }
+        for kind, names in more.items():
+            checks[kind] = checks.get(kind, ()) + tuple(names)
+        _check(scope, self, **checks)
+
+
+@gin.configurable('run')
+@dataclasses.dataclass(frozen=True)
+class RunConfig(_TrainingConfig):
+    """An online (or distributed) training run; Gin binds each field as `run.<field>`.
+
+    Attributes (besides `_TrainingConfig`'s):
+      num_env_steps: total env steps, summed over env copies, initial collection included.
+      initial_collect_steps: env steps of uniform-random actions before training.
+      collect_steps_per_iteration: env steps (over all copies) per collect chunk; with
+        `train_steps_per_iteration` it sets the replay ratio (1:1 is one gradient
+        step per env step).
       replay_capacity: transitions kept (over all env copies).
       importance_beta_start: prioritized replay's importance-sampling exponent
         at the start; it rises linearly to 1 (full correction).
       importance_beta_anneal_steps: env steps over which beta reaches 1
         (None: the whole run). Uniform backends get weights of exactly 1.
-      eval_interval: env steps between greedy evaluations (0: only at the end).
-      num_eval_episodes: episodes per evaluation, played side by side.
       target_return: eval return that counts as solved (reported as steps_to_target).
       stop_at_target_return: stop training once target_return is reached.
-      checkpoint_interval: env steps between checkpoints (0: only at the end).
-      summary_interval: env steps between training summaries (0: none).
-      use_xla: jit-compile the train chunk when the backend supports it.
-      tf_threads: TF intra/inter-op threads (1 is fastest for small networks).
-      export_final_policy: write the greedy policy as a SavedModel at the end.
       policy_snapshot_interval: env steps between snapshots of the greedy policy
         (with their eval return) under root_dir/policies/; 0 = none. They are
         the behaviour policies of 'medium' datasets (make_dataset.py).
@@ -96,48 +135,29 @@ class RunConfig:
       initialize_from: a run directory (e.g. an offline CQL-SAC run) whose
         latest checkpoint's agent weights this run starts from; its initial
         collection then uses that agent's collect policy, not random actions.
-      verbose: print progress lines.
     """
 
-    make_agent: Callable = gin.REQUIRED
     num_env_steps: int = 50_000
     initial_collect_steps: int = 1_000
     collect_steps_per_iteration: int = 32
-    train_steps_per_iteration: int = 32
-    batch_size: int = 64
-    replay_backend: Any = UniformReplay
     replay_capacity: int = 100_000
     importance_beta_start: float = 0.4
     importance_beta_anneal_steps: Optional[int] = None
-    eval_interval: int = 5_000
-    num_eval_episodes: int = 10
     target_return: Optional[float] = None
     stop_at_target_return: bool = False
-    checkpoint_interval: int = 10_000
-    summary_interval: int = 1_000
-    use_xla: bool = True
-    tf_threads: int = 1
-    export_final_policy: bool = True
     policy_snapshot_interval: int = 0
     record_dataset: bool = False
     logged_dataset: Optional[str] = None
     logged_fraction: float = 0.25
     initialize_from: Optional[str] = None
-    verbose: bool = True
 
     def __post_init__(self):
-        _required('run', 'make_agent', self.make_agent)
-        _check('run', self,
-               positive=('num_env_steps', 'collect_steps_per_iteration',
-                         'train_steps_per_iteration', 'batch_size', 'replay_capacity',
-                         'num_eval_episodes', 'tf_threads'),
-               non_negative=('initial_collect_steps', 'eval_interval', 'checkpoint_interval',
-                             'summary_interval', 'policy_snapshot_interval'),
-               optional_positive=('importance_beta_anneal_steps',),
-               fractions=(('importance_beta_start', 0.0, 1.0), ('logged_fraction', 0.0, 1.0)),
-               flags=('stop_at_target_return', 'use_xla', 'export_final_policy',
-                      'record_dataset', 'verbose'),
-               callables=('make_agent', 'replay_backend'))
+        self._check_common(
+            'run', positive=('num_env_steps', 'collect_steps_per_iteration', 'replay_capacity'),
+            non_negative=('initial_collect_steps', 'policy_snapshot_interval'),
+            optional_positive=('importance_beta_anneal_steps',),
+            fractions=(('importance_beta_start', 0.0, 1.0), ('logged_fraction', 0.0, 1.0)),
+            flags=('stop_at_target_return', 'record_dataset'))
         if self.target_return is not None and not (
                 isinstance(self.target_return, numbers.Real)
                 and math.isfinite(self.target_return)):
@@ -168,59 +188,38 @@ class RunConfig:
 
 @gin.configurable('train_offline')
 @dataclasses.dataclass(frozen=True)
-class OfflineConfig:
+class OfflineConfig(_TrainingConfig):
     """Offline training from a dataset; Gin binds each field as `train_offline.<field>`.
 
-    Attributes:
-      make_agent: agent factory, e.g. `@cql_sac.make_agent`.
+    Attributes (besides `_TrainingConfig`'s, whose intervals count gradient steps here):
       dataset_dir: an RLDS dataset directory (make_dataset.py or run.record_dataset).
       num_train_steps: gradient steps in total.
-      train_steps_per_iteration: gradient steps per compiled chunk.
-      batch_size: windows per gradient step.
-      replay_backend: the backend class the dataset is loaded into.
-      eval_interval: gradient steps between greedy evaluations (0: only at the end).
-      num_eval_episodes: episodes per evaluation, played side by side.
-      checkpoint_interval: gradient steps between checkpoints (0: only at the end).
-      summary_interval: gradient steps between training summaries (0: none).
-      use_xla: jit-compile the train chunk when the backend supports it.
-      tf_threads: TF intra/inter-op threads.
-      export_final_policy: write the greedy policy as a SavedModel at the end.
-      verbose: print progress lines.
     """
 
-    make_agent: Callable = gin.REQUIRED
     dataset_dir: str = gin.REQUIRED
     num_train_steps: int = 50_000
     train_steps_per_iteration: int = 500
     batch_size: int = 256
-    replay_backend: Any = UniformReplay
-    eval_interval: int = 5_000
-    num_eval_episodes: int = 10
-    checkpoint_interval: int = 10_000
-    summary_interval: int = 1_000
     use_xla: bool = False
-    tf_threads: int = 1
-    export_final_policy: bool = True
-    verbose: bool = True
 
     def __post_init__(self):
-        _required('train_offline', 'make_agent', self.make_agent)
         _required('train_offline', 'dataset_dir', self.dataset_dir)
-        _check('train_offline', self,
-               positive=('num_train_steps', 'train_steps_per_iteration', 'batch_size',
-                         'num_eval_episodes', 'tf_threads'),
-               non_negative=('eval_interval', 'checkpoint_interval', 'summary_interval'),
-               flags=('use_xla', 'export_final_policy', 'verbose'),
-               callables=('make_agent', 'replay_backend'))
+        self._check_common('train_offline', positive=('num_train_steps',))
 
 
 def load(config_class):
     """Builds `config_class` from the parsed Gin config, with Gin's errors as one line."""
     try:
         return config_class()
+    except UserError:
+        raise
     except (TypeError, ValueError, RuntimeError) as error:
-        if isinstance(error, UserError):
-            raise
-        lines = str(error).strip().splitlines()
-        raise UserError(f"Invalid {config_class.__name__}: "
-                        f"{lines[0] if lines else type(error).__name__}") from None
+        first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        missing = re.match(r"Required bindings for `(\w+)` not provided in config: \[(.*)\]",
+                           first)
+        if missing:
+            names = ', '.join(f"{missing.group(1)}.{name.strip(chr(39))}"
+                              for name in missing.group(2).split(', '))
+            raise UserError(f"The config binds no {names}: include an experiment config such "
+                            "as configs/dqn_cartpole.gin, or bind it.") from None
+        raise UserError(f"Invalid {config_class.__name__}: {first}") from None

@@ -21,10 +21,9 @@ import tensorflow as tf
 from tf_agents.metrics import tf_metrics
 
 from core import tags
-from core.tf_setup import configure_tf
 from envs.suite import make_env
-from experiment.distributed import common, config, tables
-from experiment.distributed.waiting import TRANSIENT, Role, Stopped, Watchdog, one_line, retry
+from experiment.distributed import common, tables
+from experiment.distributed.waiting import TRANSIENT, Stopped, Watchdog, one_line, retry
 from experiment.loop import Collection
 
 
@@ -119,13 +118,8 @@ class _Collector:
 
 def main(root_dir, *, address, collector_id=0, seed=0, force=False, verbose=True):
     """Collects until the table has `run.num_env_steps` transitions; returns counters."""
-    params, settings = config.run_params(), config.settings()
-    config.validate(settings, params)
-    name = f'collector_{collector_id}'
-    role = Role(name, give_up_after_s=settings.give_up_after_s)
-    directory = common.role_dir(root_dir, 'collect', collector_id)
-    common.prepare_dir(directory, force=force)
-    configure_tf(seed + collector_id, params.tf_threads)
+    params, settings, role, directory = common.start_role(
+        'collect', root_dir, force=force, seed=seed, collector_id=collector_id)
     collector = _Collector(role, settings, params, address=address, collector_id=collector_id,
                            seed=seed)
     summaries = common.RateSummaries(directory)

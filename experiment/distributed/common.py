@@ -14,6 +14,7 @@ import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 
 from core import rundir
+from core.tf_setup import configure_tf
 from envs.suite import make_env
 from experiment.distributed import config
 from experiment.distributed.config import REPLAY_TABLE
@@ -30,6 +31,24 @@ def role_dir(root_dir, role, collector_id=0):
 def prepare_dir(directory, *, force):
     """Creates a role's directory; refuses to resume it under a changed config."""
     return rundir.prepare(directory, gin.config_str(), force=force)
+
+
+def start_role(kind, root_dir, *, force, seed, collector_id=0):
+    """What every role does first: read and check the config, name itself, prepare its dir.
+
+    Returns:
+      (params, settings, role, directory): the run's `RunConfig`, the
+      distributed `Settings`, the `Role` (log, stop flag) and its directory.
+    """
+    from experiment.distributed.waiting import Role
+
+    params, settings = config.run_params(), config.settings()
+    config.validate(settings, params)
+    directory = role_dir(root_dir, kind, collector_id)
+    role = Role(os.path.basename(directory), give_up_after_s=settings.give_up_after_s)
+    prepare_dir(directory, force=force)
+    configure_tf(seed + collector_id, params.tf_threads)
+    return params, settings, role, directory
 
 
 def build_agent(params, *, seed, env=None):

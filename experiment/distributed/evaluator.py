@@ -18,10 +18,9 @@ import time
 import gin
 
 from core import rundir, tags
-from core.tf_setup import configure_tf
 from envs.suite import make_env
 from experiment.distributed import common, config, tables
-from experiment.distributed.waiting import Role, Stopped, Watchdog, retry
+from experiment.distributed.waiting import Stopped, Watchdog, retry
 from experiment.evaluation import Evaluator
 from experiment.run_state import RunState
 
@@ -60,12 +59,8 @@ class _Eval:
 
 def main(root_dir, *, address, seed=0, force=False, verbose=True):
     """Evaluates until the run is over (see the module doc); returns the final metrics."""
-    params, settings = config.run_params(), config.settings()
-    config.validate(settings, params)
-    role = Role('eval', give_up_after_s=settings.give_up_after_s)
-    directory = common.role_dir(root_dir, 'eval')
-    common.prepare_dir(directory, force=force)
-    configure_tf(seed, params.tf_threads)
+    params, settings, role, directory = common.start_role('eval', root_dir, force=force,
+                                                          seed=seed)
     evaluation = _Eval(role, settings, params, address=address, seed=seed)
     run_state = RunState()
     summaries = common.RateSummaries(directory)

@@ -26,10 +26,9 @@ import tensorflow as tf
 from core import rundir, tags
 from core.export import export_policy
 from core.schedules import linear_schedule
-from core.tf_setup import configure_tf
 from experiment.checkpointing import Checkpointer
 from experiment.distributed import common, config, tables
-from experiment.distributed.waiting import TRANSIENT, Role, Stopped, Watchdog, one_line, retry
+from experiment.distributed.waiting import TRANSIENT, Stopped, Watchdog, one_line, retry
 from experiment.loop import Training
 
 
@@ -118,12 +117,8 @@ def _no_sample(error):
 
 def main(root_dir, *, address, seed=0, force=False, verbose=True):
     """Trains to the gradient-step budget (or until stopped); returns final metrics."""
-    params, settings = config.run_params(), config.settings()
-    config.validate(settings, params)
-    role = Role('learner', give_up_after_s=settings.give_up_after_s)
-    directory = common.role_dir(root_dir, 'learn')
-    common.prepare_dir(directory, force=force)
-    configure_tf(seed, params.tf_threads)
+    params, settings, role, directory = common.start_role('learn', root_dir, force=force,
+                                                          seed=seed)
     learner = _Learner(role, settings, params, address=address, directory=directory, seed=seed)
     restored = learner.checkpointer.restore_latest()
     if restored:

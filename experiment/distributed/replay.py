@@ -24,22 +24,17 @@ import reverb
 
 from buffers.reverb_replay import latest_checkpoint
 from core import rundir
-from core.tf_setup import configure_tf
 from experiment.distributed import common, config, net, tables
-from experiment.distributed.waiting import Role, one_line
+from experiment.distributed.waiting import one_line
 from experiment.trainer import build_backend
 
 
 def main(root_dir, *, address, bind_all_interfaces=False, seed=0, force=False, verbose=True):
     """Serves the tables until SIGINT/SIGTERM; returns the final table counters."""
-    params, settings = config.run_params(), config.settings()
-    config.validate(settings, params)
     host, port = net.parse_address(address)
     net.check_replay_exposure(host, bind_all_interfaces=bind_all_interfaces)
-    role = Role('replay', give_up_after_s=settings.give_up_after_s)
-    directory = common.role_dir(root_dir, 'replay')
-    common.prepare_dir(directory, force=force)
-    configure_tf(seed, params.tf_threads)
+    params, settings, role, directory = common.start_role('replay', root_dir, force=force,
+                                                          seed=seed)
     agent, _, tf_env = common.build_agent(params, seed=seed)
     checkpoint_dir = os.path.join(directory, 'reverb')
     restoring = latest_checkpoint(checkpoint_dir)

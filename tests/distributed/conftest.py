@@ -14,7 +14,9 @@ import os
 import time
 
 import pytest
+import reverb
 
+from experiment.distributed import tables
 from experiment.distributed.cluster import Cluster, free_port
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -41,6 +43,15 @@ def wait_until(condition, what, cluster, timeout_s=WAIT_S):
         time.sleep(0.5)
     tails = '\n'.join(f'--- {name}\n{cluster.tail(name, 8)}' for name in cluster.procs)
     raise AssertionError(f'timed out after {timeout_s} s waiting for {what}\n{tails}')
+
+
+def pushed_step(address):
+    """The train step of the weights in the variables table (None: none, or server away)."""
+    try:
+        pulled = tables.WeightStore(address, timeout_s=2).pull()
+    except (RuntimeError, reverb.errors.ReverbError):
+        return None
+    return None if pulled is None else pulled[1]
 
 
 @pytest.fixture(scope='module')

@@ -15,8 +15,8 @@ import time
 import pytest
 import reverb
 
-from experiment.distributed import common, tables
-from tests.distributed.conftest import wait_until
+from experiment.distributed import common
+from tests.distributed.conftest import pushed_step, wait_until
 
 pytestmark = [pytest.mark.reverb, pytest.mark.timeout(600)]
 
@@ -26,15 +26,6 @@ def _counters(address):
         return common.replay_counters(reverb.Client(address).server_info(2))
     except (RuntimeError, reverb.errors.ReverbError):
         return None
-
-
-def _pushed_step(address):
-    """The train step of the weights in the variables table (None: none, or server away)."""
-    try:
-        pulled = tables.WeightStore(address, timeout_s=2).pull()
-    except (RuntimeError, reverb.errors.ReverbError):
-        return None
-    return None if pulled is None else pulled[1]
 
 
 def _latest_learner_checkpoint(cluster):
@@ -55,7 +46,7 @@ def training(cluster):
     cluster.start('learn')
     cluster.start('collect', 0)
     cluster.start('collect', 1)
-    wait_until(lambda: (_pushed_step(cluster.address) or 0) >= 8, 'the learner to train',
+    wait_until(lambda: (pushed_step(cluster.address) or 0) >= 8, 'the learner to train',
                cluster)
     return cluster
 
@@ -63,9 +54,9 @@ def training(cluster):
 def test_killed_collector_the_learner_keeps_training_and_the_restart_writes_again(training):
     cluster = training
     cluster.kill('collector_0')
-    before = _pushed_step(cluster.address)
+    before = pushed_step(cluster.address)
     # The other collector alone feeds the learner.
-    wait_until(lambda: (_pushed_step(cluster.address) or 0) >= before + 16,
+    wait_until(lambda: (pushed_step(cluster.address) or 0) >= before + 16,
                'the learner to train on with one collector', cluster)
     assert cluster.alive('learner') and cluster.alive('collector_1')
     inserted = _counters(cluster.address)['inserted']
@@ -81,7 +72,7 @@ def test_killed_learner_resumes_from_its_checkpoint_and_pushes_again(training):
     cluster = training
     checkpointed = wait_until(lambda: _latest_learner_checkpoint(cluster),
                               'a learner checkpoint', cluster)
-    pushed = _pushed_step(cluster.address)
+    pushed = pushed_step(cluster.address)
     cluster.kill('learner')
     assert cluster.alive('collector_0') and cluster.alive('collector_1')
     cluster.restart('learner')
@@ -91,7 +82,7 @@ def test_killed_learner_resumes_from_its_checkpoint_and_pushes_again(training):
     resumed_at = int(log.group(2).replace(',', ''))
     assert resumed_at >= checkpointed
     # It trains on from there and pushes again: the table's weights pass the old ones.
-    wait_until(lambda: (_pushed_step(cluster.address) or 0) > max(pushed, resumed_at) + 8,
+    wait_until(lambda: (pushed_step(cluster.address) or 0) > max(pushed, resumed_at) + 8,
                'the resumed learner to push newer weights', cluster)
     # ...and checkpoints past where it resumed (every 20 train steps here).
     wait_until(lambda: (_latest_learner_checkpoint(cluster) or 0) > resumed_at,
@@ -102,7 +93,7 @@ def test_killed_learner_resumes_from_its_checkpoint_and_pushes_again(training):
 def test_killed_replay_server_restores_its_checkpoint_and_everyone_reconnects(training):
     cluster = training
     before = _counters(cluster.address)
-    step_before = _pushed_step(cluster.address)
+    step_before = pushed_step(cluster.address)
     checkpoints = os.path.join(cluster.root_dir, 'replay', 'reverb')
     old = set(glob.glob(os.path.join(checkpoints, '*', 'DONE')))
     # A checkpoint finished after `before` was read holds at least what `before` counted.
@@ -122,7 +113,7 @@ def test_killed_replay_server_restores_its_checkpoint_and_everyone_reconnects(tr
     wait_until(lambda: (_counters(cluster.address) or {}).get('inserted', 0)
                > restored['inserted'] + 32, 'collectors to write to the restarted server',
                cluster)
-    wait_until(lambda: (_pushed_step(cluster.address) or 0) > step_before + 8,
+    wait_until(lambda: (pushed_step(cluster.address) or 0) > step_before + 8,
                'the learner to train and push to the restarted server', cluster)
     assert all(cluster.alive(name) for name in peers)
     # Whoever waited said on whom (the watchdog or a retry names the replay server).

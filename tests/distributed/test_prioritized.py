@@ -12,20 +12,12 @@ import numpy as np
 import pytest
 import reverb
 
-from experiment.distributed import common, tables
+from experiment.distributed import common
 from experiment.distributed.cluster import Cluster, free_port
 from experiment.distributed.config import REPLAY_TABLE
-from tests.distributed.conftest import FAST, ROOT, wait_until
+from tests.distributed.conftest import FAST, ROOT, pushed_step, wait_until
 
 pytestmark = [pytest.mark.reverb, pytest.mark.timeout(600)]
-
-
-def _pushed_step(address):
-    try:
-        pulled = tables.WeightStore(address, timeout_s=2).pull()
-    except (RuntimeError, reverb.errors.ReverbError):
-        return None
-    return None if pulled is None else pulled[1]
 
 
 def _sampled_priorities(address, count=256):
@@ -45,7 +37,7 @@ def test_the_learner_updates_priorities_on_the_server(tmp_path):
         cluster.start('replay')
         cluster.start('learn')
         cluster.start('collect', 0)
-        wait_until(lambda: (_pushed_step(cluster.address) or 0) >= 40,
+        wait_until(lambda: (pushed_step(cluster.address) or 0) >= 40,
                    'the learner to take 40 gradient steps', cluster)
         info = reverb.Client(cluster.address).server_info(5)[REPLAY_TABLE]
         assert 'prioritized' in str(info.sampler_options)
