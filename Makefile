@@ -42,7 +42,7 @@ test-slow: install
 	$(PY) -m pytest -m slow $(ARGS); rc=$$?; [ $$rc -eq 5 ] && rc=0; exit $$rc
 
 bench: install
-	$(PY) bench/run_all.py $(ARGS)
+	$(PY) -m bench.run_all $(ARGS)
 
 # A small default sweep: 2 learning rates x 2 seeds on CartPole (a few minutes on 2 cores).
 sweep: install

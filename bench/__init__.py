@@ -1,1 +1,1 @@
-"""Benchmarks run by `make bench` (see bench/run_all.py)."""
+"""Benchmarks run by `make bench` (`python -m bench.run_all`, see bench/run_all.py)."""

@@ -12,8 +12,8 @@ Every (system, kind) pair runs in its own process, pinned like the other
 sections (`--cpus`, default one core) so numbers are per core and no
 system's threads, memory or Reverb server outlive it. Run alone:
 
-    .venv/bin/python bench/run_all.py --only buffers --quick   # ~3 min, harness check
-    .venv/bin/python bench/run_all.py --only buffers            # full size, ~10 min
+    .venv/bin/python -m bench.run_all --only buffers --quick   # ~3 min, harness check
+    .venv/bin/python -m bench.run_all --only buffers            # full size, ~10 min
 """
 
 import json

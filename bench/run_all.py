@@ -1,7 +1,7 @@
 """Runs every benchmark and regenerates docs/benchmarks.md (`make bench`).
 
-    .venv/bin/python bench/run_all.py            # full: ~55 min if quiet; writes docs/benchmarks.md
-    .venv/bin/python bench/run_all.py --quick    # shrunk budgets, to test the harness
+    .venv/bin/python -m bench.run_all            # full: ~55 min if quiet; writes docs/benchmarks.md
+    .venv/bin/python -m bench.run_all --quick    # shrunk budgets, to test the harness
     make bench ARGS='--cpus=all'                 # don't pin to one core
     make bench TORCH_PYTHON=/tmp/torchvenv/bin/python   # measure the PyTorch SAC peer too
 
@@ -92,7 +92,7 @@ def _cpu_set(text):
 
 def header(argv, started):
     command = shlex.join([os.path.relpath(sys.executable, timing.REPO_ROOT),
-                          'bench/run_all.py', *argv])
+                          '-m', 'bench.run_all', *argv])
     load = ', '.join(f'{x:.2f}' for x in os.getloadavg())
     busy = os.getloadavg()[0] > 0.5
     return '\n'.join([

@@ -99,25 +99,10 @@ def _one_line_gin_error(error):
     lines = [line.strip() for line in str(error).splitlines() if line.strip()]
     where = next((line for line in lines if line.startswith('In ')), '')
     what = lines[0] if lines else type(error).__name__
-    renamed = _renamed_binding(what)
-    if renamed:
-        return f"Invalid Gin config: {what} {where}".strip() + f" -- {renamed}."
     hint = ('check the spelling against configs/base/*.gin and docs/training.md'
             if 'No configurable matching' in what or 'Unknown' in what else
             'fix the binding or config file')
     return f"Invalid Gin config: {what} {where}".strip() + f" -- {hint}."
-
-
-# Binding names that changed, old -> new: a config written for an older version
-# gets told the new name instead of a bare "unknown".
-RENAMED_BINDINGS = {}
-
-
-def _renamed_binding(message):
-    for old, new in RENAMED_BINDINGS.items():
-        if old in message:
-            return f"'{old}' is now '{new}': rename it"
-    return None
 
 
 def train_main(argv=None):

@@ -7,9 +7,8 @@ stop new trials from starting; rerunning the sweep resumes them.
 """
 
 import concurrent.futures
-import contextlib
-import signal
-import threading
+
+from core.signals import StopSignal
 
 _POLL_SECONDS = 0.5
 
@@ -31,25 +30,12 @@ def run_jobs(jobs, workers, launcher):
     return [future.result() for future in futures]
 
 
-@contextlib.contextmanager
 def _stop_on_signals(launcher):
-    """Routes SIGINT and SIGTERM to launcher.interrupt() while the sweep runs."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # signals can only be handled on the main thread
-        return
-    previous = {}
-
-    def handle(signum, frame):
-        del frame
-        if not launcher.stop_requested:
-            print(f'\nStopping ({signal.Signals(signum).name}): running trials checkpoint and '
-                  'exit; rerun the same command to resume.', flush=True)
+    """Routes SIGINT and SIGTERM to launcher.interrupt() while the sweep runs (`core.signals`)."""
+    def handle(name, first):
+        if first:
+            print(f'\nStopping ({name}): running trials checkpoint and exit; rerun the same '
+                  'command to resume.', flush=True)
         launcher.interrupt()
 
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        previous[signum] = signal.signal(signum, handle)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    return StopSignal(on_signal=handle)
