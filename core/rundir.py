@@ -14,6 +14,7 @@ import os
 import tempfile
 
 from core.errors import UserError
+from core.runlock import RunLock
 
 CONFIG_FILE = 'config.gin'
 
@@ -67,6 +68,30 @@ def prepare(root_dir, config_str, *, force=False):
                 "pass --force to resume it with the new config, or use another --root_dir.")
         atomic_write_text(config_path, config_str)
     return True
+
+
+def open_run(root_dir, config_str, *, force=False):
+    """Locks root_dir for this process, then `prepare`s it.
+
+    The lock comes first, before anything in root_dir is read or written, so a
+    second process on the same directory is refused before it touches a file.
+
+    Returns:
+      (resuming, lock): `prepare`'s answer and the held `RunLock` (keep a
+      reference: the lock is released when it is closed or collected).
+    """
+    try:
+        os.makedirs(root_dir, exist_ok=True)
+    except OSError as error:
+        raise UserError(
+            f"Cannot write to root_dir {root_dir!r} ({error.strerror}): "
+            "pass a writable --root_dir.") from None
+    lock = RunLock(root_dir).acquire()
+    try:
+        return prepare(root_dir, config_str, force=force), lock
+    except BaseException:
+        lock.release()
+        raise
 
 
 def write_metrics(root_dir, metrics):

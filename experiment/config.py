@@ -77,6 +77,9 @@ class _TrainingConfig:
       tf_threads: TF intra/inter-op threads (1 is fastest for small networks).
       export_final_policy: write the greedy policy as a SavedModel at the end.
       verbose: print progress lines.
+      on_nonfinite: what a non-finite loss, diagnostic or weight does: 'stop'
+        (exit with one line; the last finite checkpoint stays the latest and
+        nothing non-finite is saved or exported) or 'warn' (say so once, train on).
     """
 
     make_agent: Callable = gin.REQUIRED
@@ -91,9 +94,13 @@ class _TrainingConfig:
     tf_threads: int = 1
     export_final_policy: bool = True
     verbose: bool = True
+    on_nonfinite: str = 'stop'
 
     def _check_common(self, scope, **more):
         _required(scope, 'make_agent', self.make_agent)
+        if self.on_nonfinite not in ('stop', 'warn'):
+            raise UserError(f"{scope}.on_nonfinite must be 'stop' or 'warn', got "
+                            f"{self.on_nonfinite!r}: fix the binding.")
         checks = {
             'positive': ('train_steps_per_iteration', 'batch_size', 'num_eval_episodes',
                          'tf_threads'),

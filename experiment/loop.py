@@ -94,7 +94,11 @@ class Training:
         self.train = tf.function(self.train_chunk, jit_compile=self.uses_xla)
 
     def train_chunk(self):
-        """Takes `train_steps` gradient steps; returns the mean loss and diagnostics."""
+        """Takes `train_steps` gradient steps; returns the mean loss and diagnostics.
+
+        The diagnostics (mean loss, the agent's batch diagnostics, the global weight
+        norm) are what the trainer checks for non-finite values after every chunk.
+        """
         total_loss = tf.constant(0.0)
         for _ in tf.range(self._train_steps - 1):
             total_loss += self._train_once()[0]
@@ -102,6 +106,10 @@ class Training:
         loss, experience = self._train_once()
         diagnostics = dict(self._agent.batch_diagnostics(experience))
         diagnostics['loss'] = (total_loss + loss) / float(self._train_steps)
+        # One cheap number that is non-finite as soon as any weight is (divergence check).
+        diagnostics['weight_norm'] = tf.sqrt(tf.add_n([
+            tf.reduce_sum(tf.square(tf.cast(v, tf.float32)))
+            for v in self._agent.trainable_variables]))
         return diagnostics
 
     def _train_once(self):

@@ -36,7 +36,8 @@ def train_offline(root_dir, seed=0, force=False, config=None):
     config = config or config_lib.load(config_lib.OfflineConfig)
     dataset = Dataset(config.dataset_dir)
     with Trainer(root_dir, seed=seed, force=force, tf_threads=config.tf_threads,
-                 verbose=config.verbose, unit='train steps') as trainer:
+                 verbose=config.verbose, unit='train steps',
+                 on_nonfinite=config.on_nonfinite) as trainer:
         return _train(trainer, config, dataset, seed)
 
 

@@ -44,7 +44,8 @@ def train_online(root_dir, seed=0, force=False, config=None):
     """
     config = config or config_lib.load(config_lib.RunConfig)
     with Trainer(root_dir, seed=seed, force=force, tf_threads=config.tf_threads,
-                 verbose=config.verbose, unit='env steps') as trainer:
+                 verbose=config.verbose, unit='env steps',
+                 on_nonfinite=config.on_nonfinite) as trainer:
         return _train(trainer, config, seed)
 
 

@@ -55,14 +55,30 @@ class SummaryWriter:
 
 
 def drop_events_after(logdir, step):
-    """Rewrites event files without summaries newer than `step` (atomically, per file)."""
+    """Rewrites event files without summaries newer than `step` (atomically, per file).
+
+    A file cut short by a crash or a full disk ends in a truncated or corrupt
+    record: what precedes it is kept, the rest dropped, so a resume never fails
+    on the damage a kill can leave.
+    """
     for path in sorted(glob.glob(os.path.join(logdir, 'events.out.tfevents.*'))):
-        events = list(tf.compat.v1.train.summary_iterator(path))
+        events, damaged = _readable_events(path)
         kept = [event for event in events if not event.summary.value or event.step <= step]
-        if len(kept) == len(events):
+        if len(kept) == len(events) and not damaged:
             continue
         tmp_path = path + '.tmp'
         with tf.io.TFRecordWriter(tmp_path) as records:
             for event in kept:
                 records.write(event.SerializeToString())
         os.replace(tmp_path, path)
+
+
+def _readable_events(path):
+    """(the events readable from the start of `path`, whether the rest was damaged)."""
+    events = []
+    try:
+        for event in tf.compat.v1.train.summary_iterator(path):
+            events.append(event)
+    except (tf.errors.DataLossError, tf.errors.OutOfRangeError):
+        return events, True
+    return events, False

@@ -10,11 +10,13 @@ config, exported policy, metrics.json). A mode (experiment/online.py,
 experiment/offline.py) only builds its own parts and says what one chunk is.
 """
 
+import contextlib
 import dataclasses
 import os
 from typing import Callable
 
 import gin
+import numpy as np
 import tensorflow as tf
 
 from core import rundir, tags
@@ -51,7 +53,7 @@ class Hook:
 class Trainer:
     """Run directory, counters, checkpoint, summaries, evaluation, hooks and stop flag."""
 
-    def __init__(self, root_dir, *, seed, force, tf_threads, verbose, unit):
+    def __init__(self, root_dir, *, seed, force, tf_threads, verbose, unit, on_nonfinite='stop'):
         """Checks the run directory and sets TF up; builds nothing of the experiment.
 
         Args:
@@ -61,12 +63,15 @@ class Trainer:
           tf_threads: TF intra/inter-op threads.
           verbose: print progress lines.
           unit: what the step axis counts, e.g. 'env steps' or 'train steps'.
+          on_nonfinite: 'stop' or 'warn' on a non-finite diagnostic (see `RunConfig`).
         """
         self.root_dir = root_dir
         self.seed = seed
         self.verbose = verbose
         self.unit = unit
-        self.resuming = rundir.prepare(root_dir, gin.config_str(), force=force)
+        self._on_nonfinite = on_nonfinite
+        self._warned_nonfinite = False
+        self.resuming, self._lock = rundir.open_run(root_dir, gin.config_str(), force=force)
         configure_tf(seed, tf_threads)
         self.train_step = tf.Variable(0, dtype=tf.int64, name='train_step')
         self.run_state = RunState()
@@ -135,19 +140,41 @@ class Trainer:
 
     def save_checkpoint(self, step, diagnostics=None):
         del diagnostics
-        self.writer.flush()  # flush first: events never outrun the checkpoint they belong to
-        self.run_state.add_wall_time(self.progress.lap())
-        for fn in self._on_checkpoint:
-            fn(step)
-        self._checkpointer.save(step)
+        with self.writing('a checkpoint', step):
+            self.writer.flush()  # flush first: events never outrun their checkpoint
+            self.run_state.add_wall_time(self.progress.lap())
+            for fn in self._on_checkpoint:
+                fn(step)
+            self._checkpointer.save(step)
+
+    @contextlib.contextmanager
+    def writing(self, what, step):
+        """Turns a full disk or an I/O error under root_dir into one line with the run's state."""
+        try:
+            yield
+        except (tf.errors.OpError, OSError) as error:
+            if isinstance(error, tf.errors.OpError) and not isinstance(
+                    error, (tf.errors.ResourceExhaustedError, tf.errors.DataLossError,
+                            tf.errors.UnknownError, tf.errors.FailedPreconditionError,
+                            tf.errors.PermissionDeniedError, tf.errors.NotFoundError)):
+                raise
+            reason = ' '.join(str(getattr(error, 'message', '') or error).split())[:160]
+            latest = self._checkpointer.latest if self._checkpointer else None
+            state = (f"the last good checkpoint is {latest}" if latest
+                     else "no checkpoint was written yet")
+            raise UserError(
+                f"Could not write {what} under {self.root_dir} at {self.unit[:-1]} {step:,} "
+                f"({reason}); {state}. Free space (or fix the directory) and rerun the same "
+                "command to resume.") from None
 
     def snapshot(self, step, diagnostics=None):
         """Exports the greedy policy with its (fresh) eval return under root_dir/policies/."""
         del diagnostics
         if self.run_state.last_eval_step != step:
             self.evaluate(step)
-        export_snapshot(self._policy, self.root_dir, step, self.train_step,
-                        self.run_state.last_eval_return)
+        with self.writing('a policy snapshot', step):
+            export_snapshot(self._policy, self.root_dir, step, self.train_step,
+                            self.run_state.last_eval_return)
 
     # -- The loop -------------------------------------------------------------------------------
 
@@ -161,6 +188,7 @@ class Trainer:
 
     def __exit__(self, *exc):
         self._stop.restore()
+        self._lock.release()
 
     def run(self, chunk, *, step_of, budget, hooks, done=lambda: False):
         """Runs `chunk(step)` until `step_of()` reaches `budget`, a stop, or `done()`.
@@ -182,6 +210,7 @@ class Trainer:
                 break
             diagnostics = chunk(step)
             before, step = step, step_of()
+            self._check_finite(step, diagnostics)  # before any hook can save the weights
             for hook in hooks:
                 if crossed(hook.interval, before, step):
                     hook.fn(step, diagnostics)
@@ -190,6 +219,26 @@ class Trainer:
                 break
         return step_of()
 
+    def _check_finite(self, step, diagnostics):
+        """Stops (or warns once) when a chunk's loss, diagnostics or weights are not finite."""
+        bad = nonfinite(diagnostics)
+        if not bad:
+            return
+        where = f"{self.unit[:-1]} {step:,}"
+        if self._on_nonfinite == 'warn':
+            if not self._warned_nonfinite:
+                self._warned_nonfinite = True
+                self.say(f"warning: train/{', train/'.join(bad)} not finite at {where}; "
+                         "training on (on_nonfinite='warn').")
+            return
+        latest = self._checkpointer.latest
+        kept = (f"the last finite checkpoint ({latest}) stays the latest" if latest
+                else "no checkpoint had been written yet")
+        raise UserError(
+            f"Training diverged: train/{', train/'.join(bad)} not finite at {where}; {kept} and "
+            "nothing non-finite was saved. Lower the learning rate or clip gradients, then "
+            "rerun (on_nonfinite='warn' trains on instead).")
+
     # -- Close-out ------------------------------------------------------------------------------
 
     def close_out(self, step, *, export):
@@ -197,12 +246,14 @@ class Trainer:
         if not self.interrupted and self.run_state.last_eval_step != step:
             self.evaluate(step)
         self.save_checkpoint(step)
-        self.writer.operative_config(gin.operative_config_str(), step)
-        self.writer.close()
-        rundir.atomic_write_text(os.path.join(self.root_dir, 'operative_config.gin'),
-                                 gin.operative_config_str())
-        if export and not self.interrupted:
-            export_policy(self._policy, os.path.join(self.root_dir, 'policy'), self.train_step)
+        with self.writing('the final summaries and exported policy', step):
+            self.writer.operative_config(gin.operative_config_str(), step)
+            self.writer.close()
+            rundir.atomic_write_text(os.path.join(self.root_dir, 'operative_config.gin'),
+                                     gin.operative_config_str())
+            if export and not self.interrupted:
+                export_policy(self._policy, os.path.join(self.root_dir, 'policy'),
+                              self.train_step)
 
     def report(self, step, metrics):
         """Adds the run-level results to `metrics`, writes metrics.json, prints warnings."""
@@ -214,7 +265,8 @@ class Trainer:
             'wall_time_s': self.run_state.wall_time_s,
             'unused_bindings': unused_bindings(),
         }
-        rundir.write_metrics(self.root_dir, metrics)
+        with self.writing('metrics.json', step):
+            rundir.write_metrics(self.root_dir, metrics)
         if metrics['unused_bindings']:
             self.say("warning: these Gin bindings had no effect (check scope and spelling): "
                      + ', '.join(metrics['unused_bindings']))
@@ -226,6 +278,12 @@ class Trainer:
     def rate(self, step):
         """Steps per second of this process's training so far."""
         return (step - self.start_step) / max(self.progress.elapsed(), 1e-9)
+
+
+def nonfinite(diagnostics):
+    """Names of the diagnostics (scalars or arrays) holding a NaN or an infinity."""
+    return [name for name, value in diagnostics.items()
+            if not np.all(np.isfinite(np.asarray(value)))]
 
 
 def build_backend(backend_class, data_spec, **options):

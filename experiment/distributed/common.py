@@ -29,8 +29,12 @@ def role_dir(root_dir, role, collector_id=0):
 
 
 def prepare_dir(directory, *, force):
-    """Creates a role's directory; refuses to resume it under a changed config."""
-    return rundir.prepare(directory, gin.config_str(), force=force)
+    """Locks and creates a role's directory; refuses to resume it under a changed config.
+
+    Returns the held `RunLock`: a second copy of the same role is refused.
+    """
+    _, lock = rundir.open_run(directory, gin.config_str(), force=force)
+    return lock
 
 
 def start_role(kind, root_dir, *, force, seed, collector_id=0):
@@ -46,7 +50,7 @@ def start_role(kind, root_dir, *, force, seed, collector_id=0):
     config.validate(settings, params)
     directory = role_dir(root_dir, kind, collector_id)
     role = Role(os.path.basename(directory), give_up_after_s=settings.give_up_after_s)
-    prepare_dir(directory, force=force)
+    role.lock = prepare_dir(directory, force=force)  # held for the role's lifetime
     configure_tf(seed + collector_id, params.tf_threads)
     return params, settings, role, directory
 

@@ -298,3 +298,24 @@ def test_fast_batched_env_handles_nested_spaces():
     action = (np.array([0, 1], np.int64), np.zeros((2, 2), np.float32))
     for _ in range(4):
         _assert_same_time_steps(ours.step(action), reference.step(action))
+
+
+@pytest.mark.parametrize('env_id, discrete', [('LunarLander-v3', True),
+                                              ('LunarLanderContinuous-v3', False)])
+def test_box2d_environments_build_and_step(env_id, discrete):
+    """Gymnasium's Box2D classics are in the lock file and run through make_env."""
+    env = suite.make_env(env_id, num_envs=2, seed=0)
+    try:
+        spec = env.action_spec()
+        assert (spec.dtype.kind == 'i') == discrete
+        time_step = env.reset()
+        assert time_step.observation.shape == (2, 8)
+        for _ in range(5):
+            if discrete:
+                action = np.zeros(2, spec.dtype)
+            else:
+                action = np.zeros((2, *spec.shape), spec.dtype)
+            time_step = env.step(action)
+        assert np.all(np.isfinite(time_step.reward))
+    finally:
+        env.close()
