@@ -25,30 +25,40 @@ class Checkpointer:
     def latest(self):
         return self._manager.latest_checkpoint
 
-    def restore_latest(self):
-        """Restores the newest checkpoint, if any.
+    def restore_latest(self, *, say=print):
+        """Restores the newest checkpoint that can be restored, if any.
+
+        A checkpoint a crash left unusable (its index names missing or truncated
+        files) is skipped for the previous one, saying so.
 
         Returns:
           The restored checkpoint's path, or None when there was none.
 
         Raises:
-          UserError: the checkpoint is unreadable or does not match this run.
+          UserError: no kept checkpoint can be restored, or none matches this run.
         """
-        path = self._manager.latest_checkpoint
-        if path is None:
+        candidates = list(reversed(self._manager.checkpoints))
+        latest = self._manager.latest_checkpoint
+        if latest is None:
             return None
-        try:
-            status = self._checkpoint.restore(path)
-            status.assert_existing_objects_matched()
-        except Exception as error:  # noqa: BLE001  (any failure means unusable; say why)
-            reason = str(error).strip().splitlines()[0][:160]
-            older = [p for p in self._manager.checkpoints if p != path]
-            fallback = (f"delete {path}.* to fall back to {os.path.basename(older[-1])}"
-                        if older else "delete the checkpoints directory to start over")
-            raise UserError(
-                f"Checkpoint {path} cannot be restored ({reason}): {fallback}, "
-                "or pass a new --root_dir.") from None
-        return path
+        if latest not in candidates:
+            candidates.insert(0, latest)
+        failures = []
+        for path in candidates:
+            try:
+                status = self._checkpoint.restore(path)
+                status.assert_existing_objects_matched()
+            except Exception as error:  # noqa: BLE001  (any failure means unusable; say why)
+                failures.append((path, str(error).strip().splitlines()[0][:160]))
+                continue
+            for bad, reason in failures:
+                say(f"warning: checkpoint {bad} cannot be restored ({reason}); fell back to "
+                    f"{os.path.basename(path)}.")
+            return path
+        path, reason = failures[0]
+        raise UserError(
+            f"Checkpoint {path} cannot be restored ({reason}) and no older one can either: "
+            "delete the checkpoints directory to start over, or pass a new --root_dir.")
 
     def save(self, step):
         """Writes checkpoint `ckpt-<step>` and prunes old ones."""

@@ -162,3 +162,20 @@ def test_a_full_disk_is_one_line_and_the_run_resumes_once_space_is_freed(tmp_pat
         assert metrics['env_steps'] == BUDGET
     finally:
         subprocess.run(['umount', '-l', str(disk)], capture_output=True, timeout=30)
+
+
+def test_a_checkpoint_with_missing_files_falls_back_to_the_previous_one(tmp_path, capsys):
+    root_dir = str(tmp_path / 'run')
+    args = TINY + [f'--root_dir={root_dir}', '--gin_bindings=run.checkpoint_interval=100',
+                   '--gin_bindings=run.export_final_policy=False']
+    cli.train_main(args)
+    kept = tf.train.get_checkpoint_state(os.path.join(root_dir, 'checkpoints'))
+    latest, previous = kept.model_checkpoint_path, kept.all_model_checkpoint_paths[-2]
+    for data_file in glob.glob(latest + '.data-*'):  # the index names a file that is gone
+        os.remove(data_file)
+    capsys.readouterr()
+    metrics = cli.train_main(args)
+    output = capsys.readouterr().out
+    assert f'fell back to {os.path.basename(previous)}' in output
+    assert f'Resuming from {previous}' in output
+    assert metrics['env_steps'] == 400
