@@ -10,7 +10,8 @@ COLLECTORS ?= 2
 TEST_WORKERS ?= 2
 DIST_GIN ?= configs/sac_pendulum_distributed.gin
 
-.PHONY: install train train-distributed test test-slow bench sweep tensorboard lint lock clean
+.PHONY: install train train-distributed test test-slow bench sweep tensorboard lint lock clean \
+	postgres postgres-stop
 
 install: $(STAMP)
 
@@ -47,6 +48,16 @@ bench: install
 # A small default sweep: 2 learning rates x 2 seeds on CartPole (a few minutes on 2 cores).
 sweep: install
 	$(PY) sweep.py --gin_file=$(GIN) --sweep=$(SWEEP) $(ARGS)
+
+# A throwaway PostgreSQL server on 127.0.0.1:$(PG_PORT) (data in $(PG_DIR)) for sweeps across
+# machines: sweep.py --storage <the URL it prints>. `make postgres-stop` stops it.
+PG_DIR ?= /tmp/rl-training-postgres
+PG_PORT ?= 55432
+postgres:
+	@scripts/postgres.sh start $(PG_DIR) $(PG_PORT)
+
+postgres-stop:
+	@scripts/postgres.sh stop $(PG_DIR)
 
 tensorboard: install
 	$(VENV)/bin/tensorboard --logdir runs
