@@ -12,6 +12,8 @@ TF-Agents' CQL regulariser itself is unweighted (a batch mean), so boundary
 windows (one per episode, 0.5% of Pendulum's rows) still enter that term.
 """
 
+import math
+
 import gin
 import numpy as np
 import tensorflow as tf
@@ -20,7 +22,7 @@ from tf_agents.policies import greedy_policy
 
 from agents import sac
 from agents.networks import make_optimizer
-from core.errors import UserError
+from core.checks import check
 
 
 class CqlSacAgent(cql_sac_agent.CqlSacAgent):
@@ -101,12 +103,15 @@ def make_agent(time_step_spec, action_spec, train_step, *,
     Returns:
       A `tf_agents.agents.TFAgent` with `summary_scalars` and `batch_diagnostics`.
     """
-    sac.validate(action_spec, gamma=gamma, target_update_tau=target_update_tau,
-                 target_update_period=target_update_period)
-    if num_cql_samples < 1:
-        raise UserError(f"cql_sac.make_agent.num_cql_samples must be >= 1, got {num_cql_samples}.")
-    if cql_alpha < 0 or num_bc_steps < 0:
-        raise UserError("cql_sac.make_agent.cql_alpha and num_bc_steps must be >= 0.")
+    values = locals()
+    sac.validate(action_spec, 'cql_sac.make_agent', values)
+    check('cql_sac.make_agent', values, positive=('num_cql_samples',),
+          non_negative=('num_bc_steps',), flags=('use_lagrange_cql_alpha',
+                                                  'include_critic_entropy_term'),
+          numbers={'cql_alpha': (0.0, math.inf, 'closed'),
+                   'cql_alpha_learning_rate': (0.0, math.inf, 'open_low'),
+                   'cql_tau': (-math.inf, math.inf, 'closed'),
+                   'softmax_temperature': (0.0, math.inf, 'open_low')})
     actor_net, critic_net = sac.make_networks(
         time_step_spec.observation, action_spec, actor_fc_layer_params,
         critic_joint_fc_layer_params)

@@ -4,6 +4,8 @@ Only `make_agent` is Gin-configurable; it takes the specs and the step counter
 from the experiment wiring and never builds envs, buffers or writers.
 """
 
+import math
+
 import gin
 import tensorflow as tf
 from tf_agents.agents.dqn import dqn_agent
@@ -13,6 +15,7 @@ from tf_agents.utils import common
 
 from agents.networks import make_optimizer
 from agents.nstep import stop_windows_at_episode_end
+from core.checks import check
 from core.errors import UserError
 from core.schedules import linear_schedule
 
@@ -82,10 +85,14 @@ def make_agent(time_step_spec, action_spec, train_step, *,
     """
     if td_loss not in _LOSSES:
         raise UserError(f"Unknown dqn.make_agent.td_loss {td_loss!r}: choose 'huber' or 'mse'.")
-    if n_step_update < 1:
-        raise UserError(f"dqn.make_agent.n_step_update must be >= 1, got {n_step_update}.")
-    if not 0 < gamma <= 1:
-        raise UserError(f"dqn.make_agent.gamma must be in (0, 1], got {gamma}.")
+    check('dqn.make_agent', locals(), layers=('fc_layer_params',),
+          positive=('epsilon_decay_steps', 'target_update_period', 'n_step_update'),
+          numbers={'learning_rate': (0.0, math.inf, 'open_low'),
+                   'epsilon_start': (0.0, 1.0, 'closed'), 'epsilon_end': (0.0, 1.0, 'closed'),
+                   'target_update_tau': (0.0, 1.0, 'open_low'), 'gamma': (0.0, 1.0, 'open_low'),
+                   'reward_scale_factor': (-math.inf, math.inf, 'closed')},
+          optional_numbers={'gradient_clipping': (0.0, math.inf, 'open_low')},
+          flags=('double_dqn',))
     if tf.nest.flatten(action_spec)[0].dtype.is_floating:
         raise UserError("DQN needs a discrete action space; use SAC for continuous actions.")
     network = q_network.QNetwork(

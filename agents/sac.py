@@ -9,6 +9,8 @@ passes them with weight 0 (`experiment/loop.py`), which removes them from the
 critic, actor and alpha losses alike (each aggregates with `sample_weight`).
 """
 
+import math
+
 import gin
 import numpy as np
 import tensorflow as tf
@@ -21,6 +23,7 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common, object_identity
 
 from agents.networks import make_optimizer
+from core.checks import check
 from core.errors import UserError
 
 
@@ -149,8 +152,7 @@ def make_agent(time_step_spec, action_spec, train_step, *,
     Returns:
       A `tf_agents.agents.TFAgent` with `summary_scalars` and `batch_diagnostics`.
     """
-    validate(action_spec, gamma=gamma, target_update_tau=target_update_tau,
-              target_update_period=target_update_period)
+    validate(action_spec, 'sac.make_agent', locals())
     actor_net, critic_net = make_networks(
         time_step_spec.observation, action_spec, actor_fc_layer_params,
         critic_joint_fc_layer_params)
@@ -181,19 +183,21 @@ def make_agent(time_step_spec, action_spec, train_step, *,
     return agent
 
 
-def validate(action_spec, *, gamma, target_update_tau, target_update_period):
-    """Rejects settings SacAgent would accept but silently mistrain on."""
+def validate(action_spec, scope, values):
+    """Rejects settings SacAgent would accept but silently mistrain on (SAC and CQL-SAC)."""
     if not all(spec.dtype.is_floating for spec in tf.nest.flatten(action_spec)):
         raise UserError("SAC needs a continuous (Box) action space; use DQN "
                         "(configs/base/dqn.gin) for discrete actions.")
-    if not 0 < gamma <= 1:
-        raise UserError(f"sac.make_agent.gamma must be in (0, 1], got {gamma}.")
-    if not 0 < target_update_tau <= 1:
-        raise UserError(
-            f"sac.make_agent.target_update_tau must be in (0, 1], got {target_update_tau}.")
-    if target_update_period < 1:
-        raise UserError(
-            f"sac.make_agent.target_update_period must be >= 1, got {target_update_period}.")
+    rate = (0.0, math.inf, 'open_low')
+    check(scope, values, layers=('actor_fc_layer_params', 'critic_joint_fc_layer_params'),
+          positive=('target_update_period',),
+          numbers={'actor_learning_rate': rate, 'critic_learning_rate': rate,
+                   'alpha_learning_rate': rate, 'gamma': (0.0, 1.0, 'open_low'),
+                   'target_update_tau': (0.0, 1.0, 'open_low'),
+                   'initial_log_alpha': (-math.inf, math.inf, 'closed'),
+                   'reward_scale_factor': (-math.inf, math.inf, 'closed')},
+          optional_numbers={'gradient_clipping': rate,
+                            'target_entropy': (-math.inf, math.inf, 'closed')})
 
 
 def make_networks(observation_spec, action_spec, actor_layers, critic_layers):

@@ -61,6 +61,11 @@ def prepare(root_dir, config_str, *, force=False):
         return False
     with open(config_path) as f:
         previous = f.read()
+    if previous != config_str and not _holds_progress(root_dir):
+        # A start that failed before training (a bad value, a missing package) left only
+        # its config: nothing to protect, so the corrected command just starts.
+        atomic_write_text(config_path, config_str)
+        return False
     if previous != config_str:
         if not force:
             raise UserError(
@@ -92,6 +97,12 @@ def open_run(root_dir, config_str, *, force=False):
     except BaseException:
         lock.release()
         raise
+
+
+def _holds_progress(root_dir):
+    """Whether root_dir holds anything a run produced beyond its config: checkpoints, events."""
+    produced = (os.path.join('checkpoints', 'checkpoint'), 'metrics.json', 'tb', 'reverb')
+    return any(os.path.exists(os.path.join(root_dir, name)) for name in produced)
 
 
 def write_metrics(root_dir, metrics):

@@ -14,6 +14,7 @@ from gymnasium import error as gym_error
 from tf_agents.environments import parallel_py_environment
 from tf_agents.system import system_multiprocessing
 
+from core.checks import check
 from core.errors import UserError
 from envs.batched import BatchedGymnasiumEnvironment
 from envs.gymnasium_env import GymnasiumEnvironment
@@ -55,7 +56,7 @@ def make_env(env_id='CartPole-v1', num_envs=1, parallel=False, seed=0,
         "In call to configurable" lines to anything raised in a configurable,
         so printers should show only the first line.
     """
-    _check_num_envs(num_envs)
+    _check_values(locals())
     constructors = [
         functools.partial(
             _make_one, env_id,
@@ -71,13 +72,14 @@ def make_env(env_id='CartPole-v1', num_envs=1, parallel=False, seed=0,
     return BatchedGymnasiumEnvironment([construct() for construct in constructors])
 
 
-def _check_num_envs(num_envs):
-    """Rejects counts that would silently make an empty or odd batch."""
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or (
-            num_envs < 1):
-        raise UserError(
-            f'make_env.num_envs must be a positive integer, got {num_envs!r}; '
-            'set it to 1 or more.')
+def _check_values(values):
+    """Rejects values that would silently make an empty or odd batch, or no time limit."""
+    check('make_env', values, positive=('num_envs',), optional_positive=('max_episode_steps',),
+          flags=('parallel', 'float32_observations'))
+    if values['seed'] is not None and (isinstance(values['seed'], bool)
+                                       or not isinstance(values['seed'], int)):
+        raise UserError(f"make_env.seed must be None or a whole number, got "
+                        f"{values['seed']!r}: fix the binding.")
 
 
 def _make_one(env_id, *, seed, max_episode_steps, float32_observations,

@@ -9,47 +9,14 @@ is one line naming the binding, the value and what is expected.
 
 import dataclasses
 import math
-import numbers
 import re
 from typing import Any, Callable, Optional
 
 import gin
 
 from buffers.uniform import UniformReplay
+from core.checks import check
 from core.errors import UserError
-
-
-def _check(scope, config, *, positive=(), non_negative=(), optional_positive=(),
-           fractions=(), flags=(), callables=()):
-    """Type and range checks shared by the configs; raises one-line UserErrors."""
-    def fail(name, expected):
-        value = getattr(config, name)
-        raise UserError(f"{scope}.{name} must be {expected}, got {value!r}: fix the binding.")
-
-    def is_int(value):
-        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-    for name in positive:
-        if not is_int(getattr(config, name)) or getattr(config, name) < 1:
-            fail(name, 'a positive whole number')
-    for name in non_negative:
-        if not is_int(getattr(config, name)) or getattr(config, name) < 0:
-            fail(name, 'a whole number >= 0 (0 turns it off)')
-    for name in optional_positive:
-        value = getattr(config, name)
-        if value is not None and (not is_int(value) or value < 1):
-            fail(name, 'None or a whole number >= 1')
-    for name, low, high in fractions:
-        value = getattr(config, name)
-        if (not isinstance(value, numbers.Real) or isinstance(value, bool)
-                or not low <= value <= high):
-            fail(name, f'a number in [{low}, {high}]')
-    for name in flags:
-        if not isinstance(getattr(config, name), bool):
-            fail(name, 'True or False')
-    for name in callables:
-        if not callable(getattr(config, name)):
-            fail(name, 'a configurable reference such as @dqn.make_agent')
 
 
 def _required(scope, name, value):
@@ -108,9 +75,10 @@ class _TrainingConfig:
             'flags': ('use_xla', 'export_final_policy', 'verbose'),
             'callables': ('make_agent', 'replay_backend'),
         }
-        for kind, names in more.items():
-            checks[kind] = checks.get(kind, ()) + tuple(names)
-        _check(scope, self, **checks)
+        for kind, rules in more.items():
+            checks[kind] = ({**checks.get(kind, {}), **rules} if isinstance(rules, dict)
+                            else checks.get(kind, ()) + tuple(rules))
+        check(scope, vars(self), **checks)
 
 
 @gin.configurable('run')
@@ -163,13 +131,10 @@ class RunConfig(_TrainingConfig):
             'run', positive=('num_env_steps', 'collect_steps_per_iteration', 'replay_capacity'),
             non_negative=('initial_collect_steps', 'policy_snapshot_interval'),
             optional_positive=('importance_beta_anneal_steps',),
-            fractions=(('importance_beta_start', 0.0, 1.0), ('logged_fraction', 0.0, 1.0)),
+            numbers={'importance_beta_start': (0.0, 1.0, 'closed'),
+                     'logged_fraction': (0.0, 1.0, 'closed')},
+            optional_numbers={'target_return': (-math.inf, math.inf, 'closed')},
             flags=('stop_at_target_return', 'record_dataset'))
-        if self.target_return is not None and not (
-                isinstance(self.target_return, numbers.Real)
-                and math.isfinite(self.target_return)):
-            raise UserError(f"run.target_return must be None or a finite number, got "
-                            f"{self.target_return!r}: fix the binding.")
         if self.stop_at_target_return and self.target_return is None:
             raise UserError("run.stop_at_target_return=True needs run.target_return: set the "
                             "return that counts as solved.")
