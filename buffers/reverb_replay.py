@@ -200,7 +200,7 @@ class _ReverbReplay:
                  max_in_flight_samples_per_worker=None, num_workers_per_iterator=2,
                  flush_every=256, rate_limiter_timeout_ms=10_000, keep_checkpoints=2,
                  chunk_length=None, port=None, rate_limiter=None, extra_tables=(),
-                 initial_checkpoint=None):
+                 initial_checkpoint=None, read_only=False):
         """Starts (or connects to) the server and opens the writer.
 
         Args:
@@ -243,6 +243,9 @@ class _ReverbReplay:
             distributed run's weights table).
           initial_checkpoint: a saved Reverb checkpoint (`save_checkpoint`'s
             path) the in-process server starts from.
+          read_only: open no writer (a remote learner only samples): no stream to
+            the server that could break when it goes away; `add` is refused, and
+            sampling ends (an error) at the first timeout instead of reconnecting.
 
         Raises:
           UserError: on an impossible capacity, or a `server_address` whose
@@ -296,6 +299,7 @@ class _ReverbReplay:
         self._checkpoint_dir = os.path.abspath(checkpoint_dir)
         self._checkpoint_state = _ReverbCheckpoint(self)
         self._port = port
+        self._read_only = read_only
         self._rate_limiter = rate_limiter
         self._extra_tables = list(extra_tables)
         if server_address is None:
@@ -382,8 +386,10 @@ class _ReverbReplay:
     def _connect(self):
         """Opens the writer and client; datasets are opened on first use."""
         self._client = reverb.Client(self._address)
-        self._writer = self._client.trajectory_writer(num_keep_alive_refs=self._num_steps)
-        if self._chunk_length is not None:
+        self._writer = None
+        if not self._read_only:
+            self._writer = self._client.trajectory_writer(num_keep_alive_refs=self._num_steps)
+        if self._writer is not None and self._chunk_length is not None:
             # Configured before the first append: columns are created with it.
             for env in range(self._num_envs):
                 for column in range(self._layout.num_columns):
@@ -425,6 +431,8 @@ class _ReverbReplay:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"{type(self).__name__}.add called after close().")
+            if self._writer is None:
+                raise RuntimeError(f"{type(self).__name__} was opened read_only: it cannot add.")
             for leaf in leaves:
                 if leaf.shape[:1] != (self._num_envs,):
                     raise ValueError(f"{type(self).__name__} expects batches of "
@@ -456,7 +464,8 @@ class _ReverbReplay:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"{type(self).__name__} used after close().")
-            self._writer.flush(timeout_ms=_FLUSH_TIMEOUT_MS)
+            if self._writer is not None:
+                self._writer.flush(timeout_ms=_FLUSH_TIMEOUT_MS)
             self._unflushed = 0
 
     def pending_items(self):
@@ -482,6 +491,10 @@ class _ReverbReplay:
             num_workers_per_iterator=self._num_workers,
             rate_limiter_timeout_ms=self._timeout_ms,
             get_signature_timeout_secs=_SIGNATURE_TIMEOUT_S)
+        if self._read_only:
+            # A remote learner reopens the backend itself after a timeout or an outage;
+            # repeat() would keep reconnecting to a dead server in the background.
+            return dataset.batch(batch_size, drop_remainder=True)
         # repeat() reopens a stream that ended on a timeout, but ends the dataset
         # when a whole pass timed out without data: only an empty table stops it.
         return dataset.repeat().batch(batch_size, drop_remainder=True)

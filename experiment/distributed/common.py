@@ -68,10 +68,11 @@ def num_steps_of(agent):
     return agent.train_sequence_length or 2
 
 
-def remote_backend(params, settings, agent, *, num_envs, address):
+def remote_backend(params, settings, agent, *, num_envs, address, read_only=False):
     """The run's Reverb replay backend pointed at the replay server.
 
-    Collectors write through it and the learner samples through it: the same
+    Collectors write through it and the learner samples through it (`read_only`: no
+    writer stream to break when the server goes away): the same
     `ReplayBackend` (layout, priorities, ids) a single-process Reverb run uses.
     Every wait is bounded by `settings.timeout_s`.
     """
@@ -79,7 +80,7 @@ def remote_backend(params, settings, agent, *, num_envs, address):
         agent.collect_data_spec, capacity=params.replay_capacity, num_envs=num_envs,
         batch_size=params.batch_size, num_steps=num_steps_of(agent), server_address=address,
         table_name=config.REPLAY_TABLE, flush_every=settings.flush_every,
-        rate_limiter_timeout_ms=int(settings.timeout_s * 1000))
+        rate_limiter_timeout_ms=int(settings.timeout_s * 1000), read_only=read_only)
 
 
 def replay_counters(info):

@@ -74,7 +74,8 @@ class _Learner:
 
         def open_and_trace():
             backend = common.remote_backend(self.params, self.settings, self.agent,
-                                            num_envs=self.num_envs, address=self.address)
+                                            num_envs=self.num_envs, address=self.address,
+                                            read_only=True)
             try:
                 training = Training(agent=self.agent, backend=backend,
                                     batch_size=self.params.batch_size,
