@@ -17,6 +17,9 @@ from tf_agents.trajectories import trajectory as trajectory_lib
 
 from buffers.base import importance_weights
 
+# The diagnostics key of the chunk's "every value finite" flag (not a summary).
+ALL_FINITE = 'all_finite'
+
 
 class Collection:
     """Compiled collection: the batched env stepped with a policy, every step to the observers.
@@ -110,6 +113,10 @@ class Training:
         diagnostics['weight_norm'] = tf.sqrt(tf.add_n([
             tf.reduce_sum(tf.square(tf.cast(v, tf.float32)))
             for v in self._agent.trainable_variables]))
+        # One boolean for the trainer's divergence check: a single read per chunk.
+        diagnostics[ALL_FINITE] = tf.reduce_all(
+            [tf.reduce_all(tf.math.is_finite(tf.cast(value, tf.float32)))
+             for value in diagnostics.values()])
         return diagnostics
 
     def _train_once(self):

@@ -17,7 +17,7 @@ from tf_agents.environments import tf_py_environment
 from core import tags
 from envs.suite import make_env
 from experiment import config as config_lib
-from experiment.loop import Training
+from experiment.loop import ALL_FINITE, Training
 from experiment.trainer import Hook, Trainer, resume_seed
 from rlds_io.files import Dataset
 from rlds_io.importing import load_dataset_into_backend
@@ -64,7 +64,8 @@ def _train(trainer, config, dataset, seed):
     rate = _Rate(start_step)
 
     def write_summaries(step, diagnostics):
-        values = {'train/' + name: value.numpy() for name, value in diagnostics.items()}
+        values = {'train/' + name: value.numpy() for name, value in diagnostics.items()
+                  if name != ALL_FINITE}
         values.update({name: float(fn()) for name, fn in agent.summary_scalars.items()})
         values[tags.TRAIN_STEPS_PER_SEC] = rate(step)
         trainer.writer.scalars(values, step)

@@ -2,6 +2,7 @@
 
 from core import tags
 from experiment.buffer_probe import RateTracker
+from experiment.loop import ALL_FINITE
 
 
 class TrainSummaries:
@@ -25,7 +26,8 @@ class TrainSummaries:
     def write(self, env_step, diagnostics):
         values = {tag: metric.result().numpy() for tag, metric in self._train_metrics.items()}
         for name, value in diagnostics.items():  # loss and the agent's batch diagnostics
-            values['train/' + name] = value.numpy()
+            if name != ALL_FINITE:
+                values['train/' + name] = value.numpy()
         for name, value_fn in getattr(self._agent, 'summary_scalars', {}).items():
             values[name] = float(value_fn())
         rates = self._loop_rates(

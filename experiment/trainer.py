@@ -27,6 +27,7 @@ from core.signals import StopSignal
 from core.tf_setup import configure_tf
 from experiment.checkpointing import Checkpointer
 from experiment.evaluation import Evaluator
+from experiment.loop import ALL_FINITE
 from experiment.progress import Progress
 from experiment.run_state import RunState
 from experiment.summaries import SummaryWriter
@@ -282,8 +283,10 @@ class Trainer:
 
 def nonfinite(diagnostics):
     """Names of the diagnostics (scalars or arrays) holding a NaN or an infinity."""
+    if ALL_FINITE in diagnostics and bool(diagnostics[ALL_FINITE]):
+        return []  # the usual case: one read of the chunk's own flag
     return [name for name, value in diagnostics.items()
-            if not np.all(np.isfinite(np.asarray(value)))]
+            if name != ALL_FINITE and not np.all(np.isfinite(np.asarray(value)))]
 
 
 def build_backend(backend_class, data_spec, **options):
