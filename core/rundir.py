@@ -20,12 +20,18 @@ CONFIG_FILE = 'config.gin'
 
 
 def atomic_write_text(path, text):
-    """Writes via a temp file and rename, so a reader never sees half a file."""
+    """Writes via a temp file, fsync and rename, so a reader never sees half a file.
+
+    The fsync makes the rename durable: after a power loss the file holds the
+    old text or the new one, never an empty or partial one.
+    """
     directory = os.path.dirname(path) or '.'
     fd, tmp_path = tempfile.mkstemp(dir=directory, prefix='.tmp-')
     try:
         with os.fdopen(fd, 'w') as f:
             f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp_path, path)
     except BaseException:
         if os.path.exists(tmp_path):
@@ -61,6 +67,11 @@ def prepare(root_dir, config_str, *, force=False):
         return False
     with open(config_path) as f:
         previous = f.read()
+    if not previous.strip():
+        # Damage from a crash of an older, non-fsyncing write: the checkpoints (not this
+        # record) decide whether there is a run to resume.
+        atomic_write_text(config_path, config_str)
+        return _holds_progress(root_dir)
     if previous != config_str and not _holds_progress(root_dir):
         # A start that failed before training (a bad value, a missing package) left only
         # its config: nothing to protect, so the corrected command just starts.

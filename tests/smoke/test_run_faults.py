@@ -179,3 +179,14 @@ def test_a_checkpoint_with_missing_files_falls_back_to_the_previous_one(tmp_path
     assert f'fell back to {os.path.basename(previous)}' in output
     assert f'Resuming from {previous}' in output
     assert metrics['env_steps'] == 400
+
+
+def test_an_emptied_config_record_does_not_stop_the_resume(tmp_path):
+    root_dir = str(tmp_path / 'run')
+    args = TINY + [f'--root_dir={root_dir}', '--gin_bindings=run.export_final_policy=False']
+    first = cli.train_main(args)
+    open(os.path.join(root_dir, 'config.gin'), 'w').close()  # what a power loss can leave
+    open(os.path.join(root_dir, 'metrics.json'), 'w').close()
+    again = cli.train_main(args)
+    assert again['env_steps'] == first['env_steps'] and again['train_steps'] == \
+        first['train_steps']
