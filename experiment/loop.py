@@ -96,17 +96,21 @@ class Training:
         self.uses_xla = bool(use_xla and backend.supports_xla)
         self.train = tf.function(self.train_chunk, jit_compile=self.uses_xla)
 
-    def train_chunk(self):
+    def train_chunk(self, batches=None):
         """Takes `train_steps` gradient steps; returns the mean loss and diagnostics.
+
+        Batches come from `backend.sample`, or, with `batches`, from an iterator over
+        `backend.as_dataset(...)` (a remote learner): passed as an argument, a fresh
+        iterator after a timeout or an outage needs no new trace.
 
         The diagnostics (mean loss, the agent's batch diagnostics, the global weight
         norm) are what the trainer checks for non-finite values after every chunk.
         """
         total_loss = tf.constant(0.0)
         for _ in tf.range(self._train_steps - 1):
-            total_loss += self._train_once()[0]
+            total_loss += self._train_once(batches)[0]
         # The last step stays outside the loop so its batch can feed diagnostics.
-        loss, experience = self._train_once()
+        loss, experience = self._train_once(batches)
         diagnostics = dict(self._agent.batch_diagnostics(experience))
         diagnostics['loss'] = (total_loss + loss) / float(self._train_steps)
         # One cheap number that is non-finite as soon as any weight is (divergence check).
@@ -119,9 +123,12 @@ class Training:
              for value in diagnostics.values()])
         return diagnostics
 
-    def _train_once(self):
+    def _train_once(self, batches=None):
         """One gradient step; prioritized backends get the TD errors back as priorities."""
-        experience, info = self._backend.sample(self._batch_size, self._num_steps)
+        if batches is None:
+            experience, info = self._backend.sample(self._batch_size, self._num_steps)
+        else:
+            experience, info = batches.get_next()
         weights = importance_weights(info.probabilities, self._importance_beta())
         # Batched auto-resetting envs store LAST -> FIRST boundary steps; a window starting
         # on one is no transition at all. DQN masks them itself, SAC does not: zero them here.

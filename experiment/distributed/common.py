@@ -80,7 +80,10 @@ def remote_backend(params, settings, agent, *, num_envs, address, read_only=Fals
         agent.collect_data_spec, capacity=params.replay_capacity, num_envs=num_envs,
         batch_size=params.batch_size, num_steps=num_steps_of(agent), server_address=address,
         table_name=config.REPLAY_TABLE, flush_every=settings.flush_every,
-        rate_limiter_timeout_ms=int(settings.timeout_s * 1000), read_only=read_only)
+        rate_limiter_timeout_ms=int(settings.timeout_s * 1000), read_only=read_only,
+        # Reverb's own worker count for the learner's stream: with a fixed 2 workers a
+        # killed server crashed the learner natively (malloc) in about half the outages.
+        **({'num_workers_per_iterator': -1} if read_only else {}))
 
 
 def replay_counters(info):

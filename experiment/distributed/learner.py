@@ -1,14 +1,14 @@
 """The learn role: the single-process `Training` on the replay server; checkpoints, weights out.
 
 Sampling goes through the run's Reverb replay backend pointed at the server
-(`ReplayBackend.sample` inside the compiled chunk of `learner_steps_per_call`
+(`ReplayBackend.as_dataset` batches, fed to the compiled chunk of `learner_steps_per_call`
 gradient steps), so the learner masks LAST -> FIRST boundary windows and, on a
 prioritized table (`run.replay_backend = @ReverbPrioritizedReplay`), feeds the
 TD errors back as priorities exactly as a single process does; importance
 weights anneal beta from `run.importance_beta_start` to 1 over the learner's
 gradient-step budget. When the table gives no sample within `timeout_s` (the
-rate limiter waits for collectors) or the server is away, the backend is
-reopened and the chunk traced again.
+rate limiter waits for collectors) or the server is away, a fresh iterator
+over `backend.as_dataset` is passed to the same compiled chunk (no new trace).
 
 The learner owns the training state: agent, optimizers and train step are
 checkpointed in `<root>/learner/checkpoints` every
@@ -65,34 +65,42 @@ class _Learner:
               what='pushing weights', whom=self.whom_server, timeout_s=self.settings.timeout_s)
 
     def connect(self):
-        """(Re)opens the replay backend on the server and traces the train chunk for it.
+        """Opens the run's replay backend on the server (read-only) and traces the train chunk.
 
-        The chunk holds the backend's sampling iterator, so a fresh backend needs a
-        fresh trace (a few seconds; only after a timeout or an outage).
+        Batches come from an iterator over `backend.as_dataset`, passed to the compiled
+        chunk as an argument: after a timeout or an outage `reopen` makes a fresh one
+        without a new trace.
         """
-        self.disconnect()
+        def open_backend():
+            return common.remote_backend(self.params, self.settings, self.agent,
+                                         num_envs=self.num_envs, address=self.address,
+                                         read_only=True)
 
-        def open_and_trace():
-            backend = common.remote_backend(self.params, self.settings, self.agent,
-                                            num_envs=self.num_envs, address=self.address,
-                                            read_only=True)
-            try:
-                training = Training(agent=self.agent, backend=backend,
-                                    batch_size=self.params.batch_size,
-                                    num_steps=common.num_steps_of(self.agent),
-                                    train_steps=self.settings.learner_steps_per_call,
-                                    use_xla=False, importance_beta=self.importance_beta)
-                training.train.get_concrete_function()
-            except BaseException:
-                _close_quietly(backend)
-                raise
-            return backend, training
+        self.backend = retry(self.role, open_backend, what='opening the replay table',
+                             whom=self.whom_server, timeout_s=self.settings.timeout_s)
+        self.training = Training(agent=self.agent, backend=self.backend,
+                                 batch_size=self.params.batch_size,
+                                 num_steps=common.num_steps_of(self.agent),
+                                 train_steps=self.settings.learner_steps_per_call,
+                                 use_xla=False, importance_beta=self.importance_beta)
+        self.reopen()
+        self.training.train.get_concrete_function(self.batches)
 
-        self.backend, self.training = retry(
-            self.role, open_and_trace, what='opening the replay table',
-            whom=self.whom_server, timeout_s=self.settings.timeout_s)
+    def reopen(self):
+        """A fresh iterator over the table's batches (retried while the server is away)."""
+        def make():
+            dataset = self.backend.as_dataset(self.params.batch_size,
+                                              common.num_steps_of(self.agent))
+            return iter(dataset.prefetch(1))
+
+        self.batches = retry(self.role, make, what='opening the replay dataset',
+                             whom=self.whom_server, timeout_s=self.settings.timeout_s)
+
+    def train(self):
+        return self.training.train(self.batches)
 
     def disconnect(self):
+        self.batches = None
         if self.backend is not None:
             _close_quietly(self.backend)
         self.backend = self.training = None
@@ -174,7 +182,7 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
         try:
             with watchdog.waiting('sampling a batch', f'the collectors or {learner.whom_server}',
                                   learner.probe):
-                diagnostics = learner.training.train()
+                diagnostics = learner.train()
         except TRANSIENT as error:
             if _no_sample(error):
                 counters = learner.counters()
@@ -186,9 +194,9 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
                 role.log(f"no batch within {settings.timeout_s:g} s, waiting on the "
                          f"collectors: {common.limiter_state(counters)}")
             else:
-                role.log(f"sampling failed ({one_line(error)}); reopening the replay table")
+                role.log(f"sampling failed ({one_line(error)}); reopening the replay dataset")
                 role.sleep(min(settings.timeout_s, 2.0))
-            learner.connect()
+            learner.reopen()
             continue
         before, step = step, int(learner.train_step.numpy())
         bad = nonfinite(diagnostics)
