@@ -60,6 +60,10 @@ class WeightStore:
         """Replaces the stored weights; raises DeadlineExceededError after `timeout_s`."""
         values = {POLICY_KEY: [v.numpy() for v in policy_variables],
                   TRAIN_STEP_KEY: np.int64(train_step)}
+        # Probe first: a writer opened against a dead server and closed with a failed
+        # flush has crashed the process natively (malloc) in Reverb 0.14; the probe
+        # raises instead, and the caller retries.
+        self.server_info()
         writer = self._client.trajectory_writer(num_keep_alive_refs=1)
         try:
             writer.append(values)
