@@ -6,10 +6,12 @@ and nothing else changes. Capacity always counts transitions (env steps summed
 over all batched env copies), whatever the backend stores underneath.
 """
 
+import math
 from typing import Any, Mapping, NamedTuple, Protocol, runtime_checkable
 
 import tensorflow as tf
 
+from core.checks import check
 from core.errors import UserError
 
 
@@ -62,6 +64,13 @@ class ReplayBackend(Protocol):
 
     def close(self) -> None:
         """Releases resources; calling it twice is harmless."""
+
+
+def check_priority_settings(scope, alpha, priority_epsilon):
+    """Refuses prioritization settings that are not finite numbers >= 0 (one line)."""
+    check(scope, {'alpha': alpha, 'priority_epsilon': priority_epsilon},
+          numbers={'alpha': (0.0, math.inf, 'closed'),
+                   'priority_epsilon': (0.0, math.inf, 'closed')})
 
 
 def validate_capacity(capacity: int, *, batch_size: int, num_envs: int, num_steps: int) -> int:

@@ -26,7 +26,7 @@ rows never written) have probability exactly 0.
 import gin
 import tensorflow as tf
 
-from buffers.base import SampleInfo
+from buffers.base import SampleInfo, check_priority_settings
 from buffers.uniform import UniformReplay
 from core.errors import UserError
 
@@ -71,10 +71,7 @@ class PrioritizedReplay(UniformReplay):
           UserError: on a negative `alpha` or `priority_epsilon`, or a capacity
             that cannot hold what the learner samples.
         """
-        if alpha < 0 or priority_epsilon < 0:
-            raise UserError(
-                f"PrioritizedReplay needs alpha >= 0 and priority_epsilon >= 0, got "
-                f"alpha={alpha!r}, priority_epsilon={priority_epsilon!r}.")
+        check_priority_settings(type(self).__name__, alpha, priority_epsilon)
         super().__init__(data_spec, capacity=capacity, num_envs=num_envs, batch_size=batch_size,
                          num_steps=num_steps, seed=seed, name=name)
         self._alpha = float(alpha)

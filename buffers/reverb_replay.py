@@ -66,6 +66,7 @@ brings back only this side's counters.
 """
 
 import json
+import math
 import os
 import re
 import shutil
@@ -78,7 +79,8 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
-from buffers.base import SampleInfo, validate_capacity
+from buffers.base import SampleInfo, check_priority_settings, validate_capacity
+from core.checks import check
 from core.errors import UserError
 
 _CHECKPOINT_PATTERN = re.compile(r'^ckpt-(\d+)$')
@@ -253,21 +255,24 @@ class _ReverbReplay:
         """
         rows_per_env = validate_capacity(
             capacity, batch_size=batch_size, num_envs=num_envs, num_steps=num_steps)
-        if flush_every < 1 or rate_limiter_timeout_ms < 0 or keep_checkpoints < 1:
-            raise UserError(
-                f"{type(self).__name__} needs flush_every >= 1, rate_limiter_timeout_ms >= 0 "
-                f"and keep_checkpoints >= 1, got {flush_every}, {rate_limiter_timeout_ms} and "
-                f"{keep_checkpoints}: fix the Gin bindings.")
+        scope = type(self).__name__
+        check(scope, locals(), positive=('flush_every', 'keep_checkpoints'),
+              optional_positive=('max_in_flight_samples_per_worker',),
+              numbers={'rate_limiter_timeout_ms': (0, math.inf, 'closed')},
+              flags=('read_only',))
+        if num_workers_per_iterator != -1:
+            check(scope, locals(), positive=('num_workers_per_iterator',))
         del seed
         self._data_spec = data_spec
         self._num_envs = num_envs
         self._num_steps = num_steps
         self._capacity = rows_per_env * num_envs
         self._table_name = table_name or self.default_table_name
-        if chunk_length is not None and not 1 <= chunk_length <= num_steps:
+        if chunk_length is not None and not (isinstance(chunk_length, int)
+                                             and 1 <= chunk_length <= num_steps):
             raise UserError(
-                f"{type(self).__name__} needs 1 <= chunk_length <= num_steps ({num_steps}) or "
-                f"None, got {chunk_length!r}: fix the Gin bindings.")
+                f"{scope}.chunk_length must be None or a whole number in [1, num_steps="
+                f"{num_steps}], got {chunk_length!r}: fix the binding.")
         # Every item also stores the id of its window's first step, `step * num_envs
         # + env` as in `UniformReplay`'s keys: `ages` needs it, Reverb keys are random.
         self._layout = _Layout(data_spec, num_steps)
@@ -747,10 +752,7 @@ class ReverbPrioritizedReplay(_ReverbReplay):
         Raises:
           UserError: on a negative `alpha` or `priority_epsilon`.
         """
-        if alpha < 0 or priority_epsilon < 0:
-            raise UserError(
-                f"ReverbPrioritizedReplay needs alpha >= 0 and priority_epsilon >= 0, got "
-                f"alpha={alpha!r}, priority_epsilon={priority_epsilon!r}.")
+        check_priority_settings(type(self).__name__, alpha, priority_epsilon)
         self._alpha = float(alpha)
         self._epsilon = float(priority_epsilon)
         self._max_priority = tf.Variable(1.0, dtype=tf.float64, trainable=False,

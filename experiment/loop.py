@@ -21,6 +21,26 @@ from buffers.base import importance_weights
 ALL_FINITE = 'all_finite'
 
 
+
+def agent_numerics_checked(compiled):
+    """Turns an agent's own numerics check firing into non-finite diagnostics.
+
+    TF-Agents' DQN (and our SAC) call `tf.debugging.check_numerics` on the loss,
+    which raises `InvalidArgumentError` out of the compiled chunk when it is not
+    compiled with XLA (XLA drops the check). Without this, a diverging run
+    would end in a traceback (single process) or retry forever (the distributed
+    learner took it for a sampling error), instead of the divergence stop.
+    """
+    def call(*args):
+        try:
+            return compiled(*args)
+        except tf.errors.InvalidArgumentError as error:
+            if 'CheckNumerics' not in str(error):
+                raise
+            return {'loss': float('nan'), ALL_FINITE: False}
+    return call
+
+
 class Collection:
     """Compiled collection: the batched env stepped with a policy, every step to the observers.
 
@@ -94,7 +114,8 @@ class Training:
         self._train_steps = train_steps
         self._importance_beta = importance_beta
         self.uses_xla = bool(use_xla and backend.supports_xla)
-        self.train = tf.function(self.train_chunk, jit_compile=self.uses_xla)
+        self.compiled_train = tf.function(self.train_chunk, jit_compile=self.uses_xla)
+        self.train = agent_numerics_checked(self.compiled_train)
 
     def train_chunk(self, batches=None):
         """Takes `train_steps` gradient steps; returns the mean loss and diagnostics.
@@ -166,9 +187,9 @@ class FusedLoop:
         self.uses_xla = self.training.uses_xla
         # One Python->TF call per iteration: collect (a py_function env, so never XLA)
         # then the train chunk, which keeps its own XLA compilation when nested.
-        self.iterate = tf.function(self._iterate,
-                                   input_signature=[tf.TensorSpec([], tf.int32)])
+        self.iterate = agent_numerics_checked(tf.function(
+            self._iterate, input_signature=[tf.TensorSpec([], tf.int32)]))
 
     def _iterate(self, steps):
         self.collection.run_policy(self.collection.collect_policy, steps)
-        return self.train()
+        return self.training.compiled_train()

@@ -17,6 +17,7 @@ import math
 import gin
 
 from buffers import reverb_replay
+from core.checks import check
 from core.errors import UserError
 from experiment import config as config_lib
 
@@ -84,6 +85,15 @@ def settings(samples_per_insert=None,
     Returns:
       A `Settings`.
     """
+    whole = (0, math.inf, 'closed')
+    seconds = (0, math.inf, 'open')
+    check('distributed.settings', locals(),
+          positive=('weight_pull_interval', 'learner_checkpoint_interval', 'flush_every'),
+          optional_positive=('learner_steps_per_call', 'weight_push_interval'),
+          optional_numbers={'samples_per_insert': whole, 'error_buffer': whole,
+                            'min_size_to_sample': whole},
+          numbers={'server_checkpoint_interval_s': seconds, 'summary_interval_s': seconds,
+                   'timeout_s': seconds, 'give_up_after_s': seconds})
     params = run_params()
     batch_size = params.batch_size
     if samples_per_insert is None:
@@ -170,19 +180,6 @@ def validate(config, params):
         raise UserError(
             f"distributed.settings.min_size_to_sample={min_size} is below run.batch_size="
             f"{params.batch_size}: the first batches would repeat a handful of windows.")
-    positive = {'weight_pull_interval': config.weight_pull_interval,
-                'learner_steps_per_call': config.learner_steps_per_call,
-                'weight_push_interval': config.weight_push_interval,
-                'learner_checkpoint_interval': config.learner_checkpoint_interval,
-                'server_checkpoint_interval_s': config.server_checkpoint_interval_s,
-                'summary_interval_s': config.summary_interval_s,
-                'timeout_s': config.timeout_s, 'give_up_after_s': config.give_up_after_s,
-                'flush_every': config.flush_every}
-    for name, value in positive.items():
-        if not value > 0 or math.isinf(value):
-            raise UserError(
-                f"distributed.settings.{name} must be positive and finite, got {value}: "
-                "every wait in a distributed run is bounded.")
     if config.give_up_after_s < 3 * config.timeout_s:
         raise UserError(
             f"distributed.settings.give_up_after_s={config.give_up_after_s:g} leaves fewer than "

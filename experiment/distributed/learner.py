@@ -84,7 +84,7 @@ class _Learner:
                                  train_steps=self.settings.learner_steps_per_call,
                                  use_xla=False, importance_beta=self.importance_beta)
         self.reopen()
-        self.training.train.get_concrete_function(self.batches)
+        self.training.compiled_train.get_concrete_function(self.batches)
 
     def reopen(self):
         """A fresh iterator over the table's batches (retried while the server is away)."""

@@ -41,14 +41,15 @@ def test_the_config_derives_the_single_process_replay_ratio(parse):
     ('distributed.settings.min_size_to_sample = 0', 'empty table'),
     ('distributed.settings.min_size_to_sample = 100', 'below run.batch_size'),
     ('distributed.settings.samples_per_insert = 0', 'must be > 0'),
-    ('distributed.settings.timeout_s = 0', 'bounded'),
-    ('distributed.settings.give_up_after_s = 1e400', 'finite'),  # Gin reads inf
+    ('distributed.settings.timeout_s = 0', r'timeout_s must be a number > 0, got 0'),
+    ('distributed.settings.give_up_after_s = 1e400', 'got inf'),  # Gin reads inf
+    ("distributed.settings.weight_pull_interval = 'often'", 'must be a positive whole number'),
+    ('distributed.settings.flush_every = 2.5', 'flush_every must be a positive whole number'),
     ('distributed.settings.give_up_after_s = 20', 'three tries'),
 ])
 def test_settings_that_would_hang_are_refused(parse, binding, message):
-    settings, params = parse(binding)
     with pytest.raises(UserError, match=message):
-        config.validate(settings, params)
+        config.validate(*parse(binding))
 
 
 def test_reverb_agrees_that_the_accepted_limiter_is_valid(parse):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import reverb
 
-from experiment.distributed import common
+from experiment.distributed import common, tables
 from experiment.distributed.cluster import Cluster, free_port
 from experiment.distributed.config import REPLAY_TABLE
 from tests.distributed.conftest import FAST, ROOT, pushed_step, wait_until
@@ -48,6 +48,31 @@ def test_the_learner_updates_priorities_on_the_server(tmp_path):
         counters = common.replay_counters(reverb.Client(cluster.address).server_info(5))
         assert counters['sampled'] > 0
         assert 'ReverbPrioritizedReplay' in open(cluster.log_path('replay')).read()
+    finally:
+        for name in list(cluster.procs):
+            if cluster.alive(name):
+                cluster.kill(name)
+
+
+def test_a_diverging_learner_stops_with_one_line_and_pushes_nothing_non_finite(tmp_path):
+    os.chdir(ROOT)
+    cluster = Cluster(
+        gin_files=['configs/dqn_cartpole.gin', 'configs/testing/tiny.gin'],
+        gin_bindings=FAST + ['dqn.make_agent.learning_rate = 1e30',
+                             'run.num_env_steps = 1000000'],
+        root_dir=str(tmp_path / 'run'), port=free_port(), bind_all_interfaces=True)
+    try:
+        cluster.start('replay')
+        learner = cluster.start('learn')
+        cluster.start('collect', 0)
+        wait_until(lambda: not cluster.alive(learner), 'the diverging learner to stop', cluster)
+        assert cluster.returncode(learner) != 0
+        log = open(cluster.log_path(learner)).read()
+        assert 'the learner diverged: train/' in log and 'not finite at train step' in log
+        assert 'Traceback' not in log
+        pushed = tables.WeightStore(cluster.address, timeout_s=2).pull()
+        if pushed is not None:  # whatever reached the collectors is finite
+            assert all(np.all(np.isfinite(w)) for w in pushed[0]), 'non-finite weights pushed'
     finally:
         for name in list(cluster.procs):
             if cluster.alive(name):

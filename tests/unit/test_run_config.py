@@ -67,6 +67,12 @@ SAC = ['--gin_file=configs/sac_pendulum.gin', '--gin_file=configs/testing/tiny_s
     (DQN, 'make_env.max_episode_steps = -5', 'make_env.max_episode_steps must be None or'),
     (SAC, "sac.make_agent.actor_learning_rate = 'fast'", 'sac.make_agent.actor_learning_rate'),
     (SAC, 'sac.make_agent.target_update_tau = 0.0', 'sac.make_agent.target_update_tau must'),
+    (DQN + ['--gin_bindings=run.replay_backend = @PrioritizedReplay'],
+     'PrioritizedReplay.alpha = -0.5', 'PrioritizedReplay.alpha must be a number >= 0'),
+    (DQN + ['--gin_bindings=run.replay_backend = @ReverbUniformReplay'],
+     'ReverbUniformReplay.flush_every = 0', 'ReverbUniformReplay.flush_every must be a positive'),
+    (DQN + ['--gin_bindings=run.replay_backend = @ReverbUniformReplay'],
+     'ReverbUniformReplay.chunk_length = 9', 'ReverbUniformReplay.chunk_length must be None or'),
 ])
 def test_agent_and_env_values_are_checked_before_anything_is_built(tmp_path, config, binding,
                                                                    message):
