@@ -13,4 +13,4 @@ import sys
 from experiment.cli import run_cli, train_main
 
 if __name__ == '__main__':
-    sys.exit(run_cli(train_main, result_label='final metrics'))
+    sys.exit(run_cli(train_main))

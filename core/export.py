@@ -7,15 +7,19 @@ import shutil
 from tf_agents.policies import policy_saver
 
 
-def export_policy(policy, directory, train_step):
+def export_policy(policy, directory, train_step, info=None, info_file=None):
     """Saves `policy` to `directory`, replacing any previous export atomically.
 
-    The SavedModel is written next to the target and renamed into place, so an
-    interrupted export never leaves a half-written policy behind.
+    The SavedModel (and `info` as JSON in `info_file`, if given) is written next
+    to the target and renamed into place, so an interrupted export never leaves
+    a half-written policy, or a policy with another policy's description.
     """
     tmp_dir = directory + '.tmp'
     shutil.rmtree(tmp_dir, ignore_errors=True)
     policy_saver.PolicySaver(policy, batch_size=None, train_step=train_step).save(tmp_dir)
+    if info is not None:
+        with open(os.path.join(tmp_dir, info_file), 'w') as f:
+            json.dump(info, f, indent=1)
     old_dir = directory + '.old'
     if os.path.exists(directory):
         os.replace(directory, old_dir)
@@ -29,10 +33,6 @@ SNAPSHOT_FILE = 'snapshot.json'
 def export_snapshot(policy, root_dir, step, train_step, eval_return):
     """Saves `policy` to root_dir/policies/step_<step> with the eval return it scored."""
     directory = os.path.join(root_dir, 'policies', f'step_{int(step)}')
-    export_policy(policy, directory, train_step)
     info = {'env_step': int(step), 'train_step': int(train_step.numpy()),
             'eval_return': eval_return}
-    tmp_path = os.path.join(directory, SNAPSHOT_FILE + '.tmp')
-    with open(tmp_path, 'w') as f:
-        json.dump(info, f)
-    os.replace(tmp_path, os.path.join(directory, SNAPSHOT_FILE))
+    export_policy(policy, directory, train_step, info, SNAPSHOT_FILE)

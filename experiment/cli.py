@@ -9,6 +9,7 @@ the ~3 s TF start-up.
 import argparse
 import json
 import os
+import re
 import sys
 
 from core.errors import UserError
@@ -44,6 +45,7 @@ def parse_train_args(argv):
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog=TRAIN_USAGE)
     add_gin_flags(parser)
+    add_verbose_flag(parser)
     parser.add_argument('--root_dir', default=None,
                         help='Run directory (default: runs/<first config name>/seed_<seed>).')
     parser.add_argument('--seed', type=int, default=0, help='Seed for everything the run draws.')
@@ -68,12 +70,18 @@ def default_root_dir(gin_files, seed):
     return os.path.join('runs', name, f'seed_{seed}')
 
 
-def start_up():
+def add_verbose_flag(parser):
+    parser.add_argument('--verbose', action='store_true',
+                        help="Show TensorFlow's, absl's and XLA's own log lines (hidden by "
+                             "default: none of them is actionable in a normal run).")
+
+
+def start_up(verbose=False):
     """Checks the pinned stack, then silences TF's start-up noise (call before parsing Gin)."""
     check_versions()
     from core.quiet import quiet_startup
 
-    quiet_startup()
+    quiet_startup(library_logs=verbose)
 
 
 def load_gin_config(gin_files, gin_bindings):
@@ -108,7 +116,7 @@ def _one_line_gin_error(error):
 def train_main(argv=None):
     """train.py: returns the final metrics dict (raises UserError on bad input)."""
     args = parse_train_args(sys.argv[1:] if argv is None else argv)
-    start_up()
+    start_up(args.verbose)
     load_gin_config(args.gin_file, args.gin_bindings)
     root_dir = args.root_dir or default_root_dir(args.gin_file, args.seed)
     if args.role is not None:
@@ -130,8 +138,9 @@ def make_dataset_main(argv=None):
     parser.add_argument('--output_dir', default=None,
                         help='Dataset directory to create (default: data/<first config name>).')
     parser.add_argument('--seed', type=int, default=0, help='Seeds the envs and the noise.')
+    add_verbose_flag(parser)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    start_up()
+    start_up(args.verbose)
     load_gin_config(args.gin_file, args.gin_bindings)
     from experiment.dataset_collection import make_dataset
 
@@ -140,19 +149,48 @@ def make_dataset_main(argv=None):
 
 
 def evaluate_main(argv=None):
-    """evaluate.py: returns [(policy_dir, mean return, std of returns)], in the order given."""
+    """evaluate.py: plays policies on the same seeded episodes; returns the report dict."""
     parser = argparse.ArgumentParser(
         description='Evaluate exported policies on the same episodes, side by side.')
-    parser.add_argument('policy_dirs', nargs='+', help="SavedModel policies (a run's policy/).")
-    parser.add_argument('--env_id', required=True, help='Gymnasium id, e.g. Pendulum-v1.')
+    parser.add_argument('policy_dirs', nargs='+',
+                        help="SavedModel policies: a run's policy/ (final), policy_best/, or a "
+                             "snapshot under policies/.")
+    parser.add_argument('--env_id', default=None,
+                        help="Gymnasium id, e.g. Pendulum-v1 (default: the run's, read from "
+                             "the config.gin next to the first policy).")
     parser.add_argument('--episodes', type=int, default=100, help='Episodes per policy.')
     parser.add_argument('--seed', type=int, default=123, help='Seed of the first env copy.')
+    parser.add_argument('--report', default=None,
+                        help='Also write the report (every return, intervals) as JSON here.')
+    parser.add_argument('--video', default=None, metavar='DIR',
+                        help="Record each policy's episode from --seed as a GIF in DIR.")
+    add_verbose_flag(parser)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    start_up()
+    if args.episodes < 1:
+        raise UserError(f"--episodes must be at least 1, got {args.episodes}.")
+    start_up(args.verbose)
     from experiment.evaluation import compare_policies
 
-    return compare_policies(args.policy_dirs, env_id=args.env_id, episodes=args.episodes,
-                            seed=args.seed)
+    env_id = args.env_id or _run_env_id(args.policy_dirs[0])
+    return compare_policies(args.policy_dirs, env_id=env_id, episodes=args.episodes,
+                            seed=args.seed, report_path=args.report, video_dir=args.video)
+
+
+def _run_env_id(policy_dir):
+    """make_env.env_id from the config.gin of the run a policy was exported from."""
+    for run_dir in (os.path.dirname(os.path.normpath(policy_dir)),
+                    os.path.dirname(os.path.dirname(os.path.normpath(policy_dir)))):
+        try:
+            with open(os.path.join(run_dir, 'config.gin')) as f:
+                text = f.read()
+        except OSError:
+            continue
+        found = re.search(r"^make_env\.env_id\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+        if found:
+            return found.group(1)
+        return 'CartPole-v1'  # make_env's default, which the run's config left unbound
+    raise UserError(f"No run config.gin next to {policy_dir}: pass --env_id (e.g. "
+                    "--env_id=CartPole-v1).")
 
 
 def one_line(error):

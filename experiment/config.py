@@ -47,6 +47,15 @@ class _TrainingConfig:
       on_nonfinite: what a non-finite loss, diagnostic or weight does: 'stop'
         (exit with one line; the last finite checkpoint stays the latest and
         nothing non-finite is saved or exported) or 'warn' (say so once, train on).
+      best_policy_episodes: confirmation episodes (one fixed seed) a candidate for
+        root_dir/policy_best plays before it may replace the kept one (see
+        experiment/best_policy.py); 0 keeps no best policy.
+      final_eval_episodes: seeded episodes of the end-of-run report
+        (evaluation.json): the final and the best policy on the same episodes,
+        mean ± std, 95% bootstrap interval and their paired difference; 0: none.
+      video_interval: steps between videos of a greedy episode under
+        root_dir/videos/ and in TensorBoard's Images tab; 0: none.
+      final_video: record the best (else the final) policy's episode at the end.
     """
 
     make_agent: Callable = gin.REQUIRED
@@ -62,6 +71,10 @@ class _TrainingConfig:
     export_final_policy: bool = True
     verbose: bool = True
     on_nonfinite: str = 'stop'
+    best_policy_episodes: int = 20
+    final_eval_episodes: int = 100
+    video_interval: int = 0
+    final_video: bool = True
 
     def _check_common(self, scope, **more):
         _required(scope, 'make_agent', self.make_agent)
@@ -71,8 +84,9 @@ class _TrainingConfig:
         checks = {
             'positive': ('train_steps_per_iteration', 'batch_size', 'num_eval_episodes',
                          'tf_threads'),
-            'non_negative': ('eval_interval', 'checkpoint_interval', 'summary_interval'),
-            'flags': ('use_xla', 'export_final_policy', 'verbose'),
+            'non_negative': ('eval_interval', 'checkpoint_interval', 'summary_interval',
+                             'best_policy_episodes', 'final_eval_episodes', 'video_interval'),
+            'flags': ('use_xla', 'export_final_policy', 'verbose', 'final_video'),
             'callables': ('make_agent', 'replay_backend'),
         }
         for kind, rules in more.items():

@@ -1,67 +1,111 @@
-"""Greedy evaluation over N episodes run side by side.
+"""Greedy evaluation over N episodes run side by side, and the evaluation report.
 
 Each of the N batched eval env copies plays exactly one episode per
 evaluation, so one evaluation is a handful of batched policy calls rather than
-N * episode_length Python-level steps.
+N * episode_length Python-level steps. `play_episodes` is the one episode
+loop: periodic evaluation, the best policy's confirmation, the end-of-run
+report and evaluate.py all use it.
 """
+
+import json
+import os
 
 import numpy as np
 import tensorflow as tf
 from tf_agents.specs import tensor_spec
 
+from experiment import eval_report
+
+
+def play_episodes(env, act, *, seed=None):
+    """Plays one episode in each copy of a batched py env; returns (returns, lengths).
+
+    Args:
+      env: a batched py environment (`BatchedGymnasiumEnvironment`).
+      act: time step (numpy, batched) -> actions (numpy).
+      seed: if given, copy i is reseeded with seed + i first, so the same seed
+        replays the same start states (what makes two policies comparable).
+    """
+    if seed is not None:
+        for index, copy in enumerate(env.envs):
+            copy.seed(seed + index)
+    time_step = env.reset()
+    num = env.batch_size
+    returns = np.zeros(num, np.float64)
+    lengths = np.zeros(num, np.int64)
+    done = np.zeros(num, bool)
+    while not done.all():
+        time_step = env.step(act(time_step))
+        active = ~done
+        returns += np.where(active, time_step.reward, 0.0)
+        lengths += active
+        done |= time_step.is_last()
+    return returns, lengths
+
+
+def greedy_actor(policy):
+    """A compiled numpy-in numpy-out `act` for an in-process TF-Agents policy."""
+    batched_spec = tensor_spec.add_outer_dims_nest(policy.time_step_spec, (None,))
+    action = tf.function(lambda time_step: policy.action(time_step).action,
+                         input_signature=[batched_spec])
+    return lambda time_step: action(
+        tf.nest.map_structure(tf.convert_to_tensor, time_step)).numpy()
+
 
 class Evaluator:
-    """Plays one episode in each copy of a batched py environment."""
+    """Plays one episode in each copy of a batched py environment (new episodes each call)."""
 
     def __init__(self, py_env, policy):
         self._env = py_env
-        batched_spec = tensor_spec.add_outer_dims_nest(policy.time_step_spec, (None,))
-        self._action = tf.function(
-            lambda time_step: policy.action(time_step).action,
-            input_signature=[batched_spec])
+        self.act = greedy_actor(policy)
 
     def __call__(self):
         """Returns (average return, average episode length) over the copies."""
-        time_step = self._env.reset()
-        num = self._env.batch_size
-        returns = np.zeros(num, np.float64)
-        lengths = np.zeros(num, np.int64)
-        done = np.zeros(num, bool)
-        while not done.all():
-            action = self._action(tf.nest.map_structure(tf.convert_to_tensor, time_step))
-            time_step = self._env.step(action.numpy())
-            active = ~done
-            returns += np.where(active, time_step.reward, 0.0)
-            lengths += active
-            done |= time_step.is_last()
+        returns, lengths = play_episodes(self._env, self.act)
         return float(returns.mean()), float(lengths.mean())
 
 
-def compare_policies(policy_dirs, *, env_id, episodes, seed):
+def compare_policies(policy_dirs, *, env_id, episodes, seed, report_path=None,
+                     video_dir=None):
     """Plays every exported policy on the same seeded episodes (evaluate.py).
 
     Env copy i is seeded with seed + i for every policy, so differences are the
-    policies', not the start states'.
+    policies', not the start states'. Prints one line per policy (mean ± std,
+    95% bootstrap interval) and, for two or more, each one's paired
+    difference with the first.
 
     Returns:
-      [(policy_dir, mean return, std of returns)], in the order given.
+      {'env_id', 'policies': [report with 'policy'], 'differences': [...]}; also
+      written as JSON to `report_path` when given.
     """
     from envs.suite import make_env
+    from experiment.video import record_video
     from rlds_io.behaviour import load_saved_policy
 
-    results = []
-    for policy_dir in policy_dirs:
-        act = load_saved_policy(policy_dir)
-        env = make_env(env_id, num_envs=episodes, seed=seed)
-        time_step = env.reset()
-        returns = np.zeros(episodes)
-        done = np.zeros(episodes, bool)
-        while not done.all():
-            time_step = env.step(act(time_step))
-            returns += np.where(done, 0.0, time_step.reward)
-            done |= time_step.is_last()
+    reports = []
+    env = make_env(env_id, num_envs=episodes, seed=seed)
+    try:
+        for index, policy_dir in enumerate(policy_dirs):
+            act = load_saved_policy(policy_dir)
+            returns, lengths = play_episodes(env, act, seed=seed)
+            report = {'policy': policy_dir, **eval_report.summarize(returns, lengths, seed=seed)}
+            reports.append(report)
+            print(eval_report.summary_line(policy_dir, report), flush=True)
+            if video_dir:
+                path = record_video(act, os.path.join(video_dir, f'policy_{index}'), env_id=env_id,
+                                    seed=seed)
+                print(f"  video of its episode from seed {seed}: {path}", flush=True)
+    finally:
         env.close()
-        results.append((policy_dir, float(returns.mean()), float(returns.std())))
-        print(f"{policy_dir}: average return {returns.mean():.1f} ± {returns.std():.1f} "
-              f"over {episodes} episodes (seed {seed})", flush=True)
-    return results
+    differences = []
+    for report in reports[1:]:
+        difference = eval_report.paired_difference(report['returns'], reports[0]['returns'])
+        differences.append({'a': report['policy'], 'b': reports[0]['policy'], **difference})
+        print(eval_report.difference_line(report['policy'], reports[0]['policy'], difference),
+              flush=True)
+    result = {'env_id': env_id, 'policies': reports, 'differences': differences}
+    if report_path:
+        os.makedirs(os.path.dirname(os.path.abspath(report_path)), exist_ok=True)
+        with open(report_path, 'w') as f:
+            json.dump(result, f, indent=1)
+    return result

@@ -10,12 +10,10 @@ buffer.
 
 import time
 
-import gin
 import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 
 from core import tags
-from envs.suite import make_env
 from experiment import config as config_lib
 from experiment.loop import ALL_FINITE, Training
 from experiment.trainer import Hook, Trainer, resume_seed
@@ -42,8 +40,7 @@ def train_offline(root_dir, seed=0, force=False, config=None):
 
 
 def _train(trainer, config, dataset, seed):
-    with gin.config_scope('eval'):
-        eval_env = make_env(num_envs=config.num_eval_episodes, seed=seed + 10_000)
+    eval_env = Trainer.eval_env(config.num_eval_episodes, seed + 10_000)
     tf_env = tf_py_environment.TFPyEnvironment(eval_env)
     dataset.check_specs(tf_env.time_step_spec(), tf_env.action_spec())
     agent = config.make_agent(tf_env.time_step_spec(), tf_env.action_spec(), trainer.train_step)
@@ -58,7 +55,7 @@ def _train(trainer, config, dataset, seed):
                         num_steps=num_steps, train_steps=config.train_steps_per_iteration,
                         use_xla=config.use_xla)
     trainer.start(start_step, budget=config.num_train_steps, policy=agent.policy,
-                  eval_env=eval_env)
+                  eval_env=eval_env, config=config)
     if start_step == 0:
         trainer.evaluate(0)  # the untrained policy: the baseline the curve starts from
     rate = _Rate(start_step)
@@ -72,6 +69,7 @@ def _train(trainer, config, dataset, seed):
 
     hooks = [Hook(config.summary_interval, write_summaries),
              Hook(config.eval_interval, trainer.evaluate),
+             Hook(config.video_interval, trainer.record_video),
              Hook(config.checkpoint_interval, trainer.save_checkpoint)]
     step = trainer.run(lambda step: training.train(), step_of=lambda: int(
         trainer.train_step.numpy()), budget=config.num_train_steps, hooks=hooks)

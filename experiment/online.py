@@ -9,7 +9,6 @@ returns the final metrics (tests and sweeps assert on them).
 
 import os
 
-import gin
 import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 from tf_agents.metrics import tf_metrics
@@ -76,8 +75,7 @@ def _train(trainer, config, seed):
         env.close()
         env = make_env(seed=resume_seed(seed, start_step))
         tf_env = tf_py_environment.TFPyEnvironment(env)
-    with gin.config_scope('eval'):
-        eval_env = make_env(num_envs=config.num_eval_episodes, seed=seed + 10_000)
+    eval_env = Trainer.eval_env(config.num_eval_episodes, seed + 10_000)
     importance_beta = linear_schedule(env_step, config.importance_beta_start, 1.0,
                                       config.importance_beta_anneal_steps or config.num_env_steps)
     recorder = None
@@ -91,7 +89,7 @@ def _train(trainer, config, seed):
                      train_steps=config.train_steps_per_iteration, use_xla=config.use_xla,
                      importance_beta=importance_beta)
     trainer.start(start_step, budget=config.num_env_steps, policy=agent.policy,
-                  eval_env=eval_env, target_return=config.target_return)
+                  eval_env=eval_env, config=config, target_return=config.target_return)
     summaries = TrainSummaries(
         trainer.writer, agent=agent, backend=backend, train_metrics=train_metrics,
         train_step=trainer.train_step,
@@ -112,6 +110,7 @@ def _train(trainer, config, seed):
     hooks = [Hook(config.summary_interval, summaries.write),
              Hook(config.eval_interval, trainer.evaluate),
              Hook(config.policy_snapshot_interval, trainer.snapshot),
+             Hook(config.video_interval, trainer.record_video),
              Hook(config.checkpoint_interval, trainer.save_checkpoint)]
     solved = lambda: (config.stop_at_target_return  # noqa: E731
                       and trainer.run_state.steps_to_target is not None)

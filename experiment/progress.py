@@ -1,5 +1,11 @@
-"""One console line at a time: env step, last eval return, speed, ETA."""
+"""One console line at a time: env step, last eval return, speed, ETA.
 
+The speed is training speed: the first chunk of each process (tracing and XLA
+compilation) and the time spent in evaluation, videos and checkpoints
+(`paused`) are left out of it, so the ETA is not inflated by one-off work.
+"""
+
+import contextlib
 import datetime
 import time
 
@@ -18,6 +24,7 @@ class Progress:
         self._last_line = self._start
         self._last_step = start_step
         self._last_time = self._start
+        self._paused_since = None
 
     def elapsed(self):
         return time.perf_counter() - self._start
@@ -28,19 +35,35 @@ class Progress:
         seconds, self._lap_start = now - self._lap_start, now
         return seconds
 
+    def restart_rate(self, step):
+        """Measures speed from here on (after the first, compiling chunk)."""
+        self._last_step, self._last_time = step, time.perf_counter()
+
+    @contextlib.contextmanager
+    def paused(self):
+        """Time inside is not training time: it counts toward neither speed nor ETA."""
+        start = self._paused_since = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._paused_since = None
+            self._last_time += time.perf_counter() - start
+
     def maybe_line(self, step, eval_return):
-        if time.perf_counter() - self._last_line >= _MIN_SECONDS_BETWEEN_LINES:
+        if (step > self._last_step
+                and time.perf_counter() - self._last_line >= _MIN_SECONDS_BETWEEN_LINES):
             self.line(step, eval_return)
 
     def line(self, step, eval_return):
-        now = time.perf_counter()
+        now = self._paused_since or time.perf_counter()
         rate = (step - self._last_step) / max(now - self._last_time, 1e-9)
         self._last_step, self._last_time, self._last_line = step, now, now
         if not self._enabled:
             return
         eval_text = '   n/a' if eval_return is None else f'{eval_return:8.1f}'
-        eta = '--:--:--'
+        eta, rate_text = '--:--:--', '     --'
         if rate > 0:
             eta = str(datetime.timedelta(seconds=int((self._total - step) / rate)))
+            rate_text = f'{rate:7,.0f}'
         print(f'step {step:>10,}/{self._total:,} | eval return {eval_text} | '
-              f'{rate:7,.0f} {self._unit}/s | ETA {eta}', flush=True)
+              f'{rate_text} {self._unit}/s | ETA {eta}', flush=True)

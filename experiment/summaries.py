@@ -35,6 +35,11 @@ class SummaryWriter:
     def histogram(self, tag, values, step):
         self._pending.append((tf.summary.histogram, tag, values, int(step)))
 
+    def animation(self, tag, gif_bytes, width, height, step, description=''):
+        """An animated GIF in the Images tab (TensorBoard serves it as image/gif)."""
+        self._pending.append((_write_gif, tag, (gif_bytes, width, height, description),
+                              int(step)))
+
     def operative_config(self, config_text, step):
         # Gin's config is Python-like text; TB renders text summaries as markdown.
         markdown = '\n'.join('    ' + line for line in config_text.splitlines())
@@ -52,6 +57,14 @@ class SummaryWriter:
     def close(self):
         self.flush()
         self._writer.close()
+
+
+def _write_gif(tag, value, step):
+    from tensorboard.plugins.image import metadata
+
+    gif_bytes, width, height, description = value
+    tf.summary.write(tag, tf.constant([str(width), str(height), gif_bytes]), step=step,
+                     metadata=metadata.create_summary_metadata(tag, description))
 
 
 def drop_events_after(logdir, step):

@@ -12,6 +12,7 @@ experiment/offline.py) only builds its own parts and says what one chunk is.
 
 import contextlib
 import dataclasses
+import json
 import os
 from typing import Callable
 
@@ -23,14 +24,27 @@ from core import rundir, tags
 from core.errors import UserError
 from core.export import export_policy, export_snapshot
 from core.gin_utils import unused_bindings
+from core.quiet import native_log_lines_hidden
 from core.signals import StopSignal
 from core.tf_setup import configure_tf
+from envs.suite import make_env
+from experiment import eval_report
+from experiment.best_policy import BestPolicy
 from experiment.checkpointing import Checkpointer
-from experiment.evaluation import Evaluator
+from experiment.evaluation import Evaluator, play_episodes
 from experiment.loop import ALL_FINITE
 from experiment.progress import Progress
 from experiment.run_state import RunState
 from experiment.summaries import SummaryWriter
+from experiment.video import VideoRecorder, record_video
+
+# Fixed seeds of the best policy's confirmation episodes and of the end-of-run
+# report: the same start states for every candidate, every run and every seed
+# (so reports of different runs compare), and never the training or periodic
+# evaluation seeds (seed + i, seed + 10_000 + i).
+CONFIRMATION_SEED = 2_000_000
+REPORT_SEED = 3_000_000
+EVALUATION_FILE = 'evaluation.json'
 
 
 def crossed(interval, before, after):
@@ -82,6 +96,11 @@ class Trainer:
         self._evaluator = None
         self._policy = None
         self._target_return = None
+        self._config = None
+        self._best = None
+        self._confirm_env = None
+        self.videos = None
+        self.evaluation = None
         self._on_checkpoint = []
         self.writer = None
         self.progress = None
@@ -113,16 +132,35 @@ class Trainer:
                          f"{int(step_counter.numpy()):,}.")
         return int(step_counter.numpy())
 
-    def start(self, step, *, budget, policy, eval_env, target_return=None):
-        """Opens TensorBoard and progress at `step`; `policy` is evaluated on `eval_env`."""
+    def start(self, step, *, budget, policy, eval_env, config, target_return=None):
+        """Opens TensorBoard and progress at `step`; `policy` is evaluated on `eval_env`.
+
+        `config` (the mode's `_TrainingConfig`) says whether to keep a best policy,
+        record videos and write the end-of-run report.
+        """
         self.start_step = step
         self._policy = policy
         self._evaluator = Evaluator(eval_env, policy)
         self._target_return = target_return
+        self._config = config
         self.writer = SummaryWriter(self.root_dir, resume_step=step or None)
         self.progress = Progress(budget, start_step=step, enabled=self.verbose, unit=self.unit)
+        if config.best_policy_episodes:
+            self._confirm_env = self.eval_env(config.best_policy_episodes, CONFIRMATION_SEED)
+            self._best = BestPolicy(
+                self.root_dir, policy, self.train_step, unit=self.unit, say=self.say,
+                confirm=lambda: play_episodes(self._confirm_env, self._evaluator.act,
+                                              seed=CONFIRMATION_SEED)[0])
+        self.videos = VideoRecorder(self.root_dir, self._evaluator.act, self.writer,
+                                    seed=self.seed + 10_000)
         if step == 0:
             self.writer.operative_config(gin.config_str(), 0)
+
+    @staticmethod
+    def eval_env(num_envs, seed):
+        """`num_envs` copies of the run's env as evaluation makes them (Gin scope 'eval')."""
+        with gin.config_scope('eval'):
+            return make_env(num_envs=num_envs, seed=seed)
 
     def on_checkpoint(self, fn):
         """Also runs `fn(step)` right before every checkpoint (e.g. a recorder's shard)."""
@@ -138,6 +176,14 @@ class Trainer:
                              tags.EVAL_AVERAGE_EPISODE_LENGTH: average_length}, step)
         self.run_state.record_eval(step, average_return, self._target_return)
         self.progress.line(step, average_return)
+        if self._best is not None:
+            with self.writing('the best policy', step):
+                self._best.consider(step, average_return)
+
+    def record_video(self, step, diagnostics=None):
+        """The `video_interval` hook: one greedy episode as a GIF and in TensorBoard."""
+        with self.writing('a video', step):
+            self.videos.record(step, diagnostics)
 
     def save_checkpoint(self, step, diagnostics=None):
         del diagnostics
@@ -205,16 +251,24 @@ class Trainer:
           The step reached.
         """
         step = step_of()
+        first_chunk = True
         while step < budget:
             if self.stop_requested:
                 self.interrupted = True
                 break
-            diagnostics = chunk(step)
+            if first_chunk:  # mostly tracing and compiling: not the speed, and XLA's log line
+                with native_log_lines_hidden():
+                    diagnostics = chunk(step)
+                self.progress.restart_rate(step_of())
+                first_chunk = False
+            else:
+                diagnostics = chunk(step)
             before, step = step, step_of()
             self._check_finite(step, diagnostics)  # before any hook can save the weights
-            for hook in hooks:
-                if crossed(hook.interval, before, step):
-                    hook.fn(step, diagnostics)
+            with self.progress.paused():  # evaluation, videos, checkpoints: not the speed
+                for hook in hooks:
+                    if crossed(hook.interval, before, step):
+                        hook.fn(step, diagnostics)
             self.progress.maybe_line(step, self.run_state.last_eval_return)
             if done():
                 break
@@ -255,6 +309,52 @@ class Trainer:
             if export and not self.interrupted:
                 export_policy(self._policy, os.path.join(self.root_dir, 'policy'),
                               self.train_step)
+        if self.interrupted:
+            return
+        if self._config.final_eval_episodes:
+            with self.writing(EVALUATION_FILE, step):
+                self.evaluation = self._final_report()
+        if self._config.final_video:
+            with self.writing('the final video', step):
+                self._final_video(step)
+
+    def _final_report(self):
+        """The final and the best policy on the same seeded episodes -> evaluation.json."""
+        from rlds_io.behaviour import load_saved_policy
+
+        episodes = self._config.final_eval_episodes
+        env = self.eval_env(episodes, REPORT_SEED)
+        try:
+            players = {'final': self._evaluator.act}
+            if self._best is not None and self._best.best is not None:
+                players['best'] = load_saved_policy(self._best.directory)
+            report = {}
+            for name, act in players.items():
+                returns, lengths = play_episodes(env, act, seed=REPORT_SEED)
+                report[name] = eval_report.summarize(returns, lengths, seed=REPORT_SEED)
+                self.say(eval_report.summary_line(f"{name} policy", report[name]))
+        finally:
+            env.close()
+        if 'best' in report:
+            report['best_minus_final'] = eval_report.paired_difference(
+                report['best']['returns'], report['final']['returns'])
+            self.say(eval_report.difference_line('best', 'final', report['best_minus_final']))
+            report['best']['policy'] = self._best.best
+        rundir.atomic_write_text(os.path.join(self.root_dir, EVALUATION_FILE),
+                                 json.dumps(report, indent=1))
+        return report
+
+    def _final_video(self, step):
+        """One episode of the best policy (else the final one) under videos/."""
+        from rlds_io.behaviour import load_saved_policy
+
+        if self._best is not None and self._best.best is not None:
+            act, name = load_saved_policy(self._best.directory), 'best'
+        else:
+            act, name = self._evaluator.act, 'final'
+        self.videos.last_path = record_video(
+            act, os.path.join(self.root_dir, 'videos', f'{name}_at_{step:08d}'),
+            seed=REPORT_SEED)
 
     def report(self, step, metrics):
         """Adds the run-level results to `metrics`, writes metrics.json, prints warnings."""
@@ -266,6 +366,12 @@ class Trainer:
             'wall_time_s': self.run_state.wall_time_s,
             'unused_bindings': unused_bindings(),
         }
+        if self._best is not None and self._best.best is not None:
+            metrics['best_policy'] = self._best.best
+        if self.evaluation:
+            metrics['final_report'] = {name: {key: value for key, value in part.items()
+                                              if key not in ('returns', 'lengths')}
+                                       for name, part in self.evaluation.items()}
         with self.writing('metrics.json', step):
             rundir.write_metrics(self.root_dir, metrics)
         if metrics['unused_bindings']:
@@ -274,7 +380,35 @@ class Trainer:
         if self.interrupted:
             self.say(f"Interrupted at {self.unit[:-1]} {step:,}: checkpoint saved; rerun the "
                      "same command to resume.")
+        else:
+            self._say_summary(step)
         return metrics
+
+    def _say_summary(self, step):
+        """Where everything a user takes away is, and how to look at it."""
+        lines = [f"Done at {self.unit[:-1]} {step:,}: {self.root_dir}"]
+        final = (self.evaluation or {}).get('final')
+        if final and os.path.isdir(os.path.join(self.root_dir, 'policy')):
+            lines.append(f"  final policy  {os.path.join(self.root_dir, 'policy')}  "
+                         f"{final['mean']:.1f} ± {final['std']:.1f} on {final['episodes']} "
+                         "report episodes")
+        if self._best is not None and self._best.best is not None:
+            best, text = self._best.best, ''
+            if self.evaluation and 'best' in self.evaluation:
+                part = self.evaluation['best']
+                text = (f"{part['mean']:.1f} ± {part['std']:.1f} on {part['episodes']} report "
+                        "episodes, ")
+            key = self.unit.replace(' ', '_')[:-1]
+            lines.append(f"  best policy   {self._best.directory}  {text}from "
+                         f"{self.unit[:-1]} {best[key]:,}")
+        if self.evaluation:
+            lines.append(f"  report        {os.path.join(self.root_dir, EVALUATION_FILE)}")
+        lines.append(f"  metrics       {os.path.join(self.root_dir, 'metrics.json')}")
+        if self.videos is not None and self.videos.last_path:
+            lines.append(f"  video         {self.videos.last_path}")
+        lines.append(f"  TensorBoard   tensorboard --logdir {os.path.join(self.root_dir, 'tb')}")
+        for line in lines:
+            self.say(line)
 
     def rate(self, step):
         """Steps per second of this process's training so far."""
