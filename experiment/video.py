@@ -57,8 +57,18 @@ def play_and_render(act, *, env_id=None, seed=0):
     return np.stack(frames), episode_return, fps
 
 
+def frame_duration_ms(fps):
+    """Each frame's display time: GIF counts in hundredths of a second, at least 2."""
+    return max(20, 10 * round(100 / fps))
+
+
 def encode_gif(frames, fps):
-    """GIF bytes of `frames`, shrunk to at most MAX_SIDE pixels a side; (bytes, width, height)."""
+    """GIF bytes of `frames`, shrunk to at most MAX_SIDE pixels a side; (bytes, width, height).
+
+    Like every GIF encoder, Pillow stores a frame identical to the one before it
+    (a pole at rest, at this size) once, showing it for the sum of both
+    durations: the playing time stays one frame duration per episode step.
+    """
     from PIL import Image
 
     factor = max(1, math.ceil(max(frames.shape[1:3]) / MAX_SIDE))
@@ -66,7 +76,7 @@ def encode_gif(frames, fps):
               for frame in frames]
     buffer = io.BytesIO()
     images[0].save(buffer, format='GIF', save_all=True, append_images=images[1:],
-                   duration=max(20, round(1000 / fps)), loop=0)
+                   duration=frame_duration_ms(fps), loop=0)
     return buffer.getvalue(), images[0].width, images[0].height
 
 

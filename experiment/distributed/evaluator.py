@@ -15,14 +15,13 @@ the first evaluation at or above `run.target_return`.
 
 import time
 
-import gin
-
 from core import rundir, tags
-from envs.suite import make_env
+from experiment.best_policy import BestPolicy
 from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import Stopped, Watchdog, retry
-from experiment.evaluation import Evaluator
+from experiment.evaluation import Evaluator, play_episodes
 from experiment.run_state import RunState
+from experiment.trainer import CONFIRMATION_SEED, Trainer
 
 _POLL_S = 1.0
 
@@ -30,12 +29,18 @@ _POLL_S = 1.0
 class _Eval:
     """The greedy policy, its eval env and the weights' train step."""
 
-    def __init__(self, role, settings, params, *, address, seed):
+    def __init__(self, role, settings, params, *, address, seed, root_dir):
         self.role, self.settings, self.params = role, settings, params
         self.agent, self.train_step, _ = common.build_agent(params, seed=seed)
-        with gin.config_scope('eval'):
-            self.env = make_env(num_envs=params.num_eval_episodes, seed=seed + 10_000)
+        self.env = Trainer.eval_env(params.num_eval_episodes, seed + 10_000)
         self.evaluator = Evaluator(self.env, self.agent.policy)
+        self.best, self.confirm_env = None, None
+        if params.best_policy_episodes:  # root_dir/policy_best, as in a single-process run
+            self.confirm_env = Trainer.eval_env(params.best_policy_episodes, CONFIRMATION_SEED)
+            self.best = BestPolicy(
+                root_dir, self.agent.policy, self.train_step, say=role.log,
+                confirm=lambda: play_episodes(self.confirm_env, self.evaluator.act,
+                                              seed=CONFIRMATION_SEED)[0])
         self.store = tables.WeightStore(address, timeout_s=settings.timeout_s)
         self.whom = f'the replay server at {address}'
         self.policy_step = None
@@ -61,7 +66,7 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
     """Evaluates until the run is over (see the module doc); returns the final metrics."""
     params, settings, role, directory = common.start_role('eval', root_dir, force=force,
                                                           seed=seed)
-    evaluation = _Eval(role, settings, params, address=address, seed=seed)
+    evaluation = _Eval(role, settings, params, address=address, seed=seed, root_dir=root_dir)
     run_state = RunState()
     summaries = common.RateSummaries(directory)
     watchdog = Watchdog(role)
@@ -77,6 +82,8 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
         role.restore_signal_handlers()
         summaries.close()
         evaluation.env.close()
+        if evaluation.confirm_env is not None:
+            evaluation.confirm_env.close()
     metrics = _metrics(run_state, evaluation, start)
     rundir.write_metrics(directory, metrics)
     return metrics
@@ -85,6 +92,7 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
 def _metrics(run_state, evaluation, start):
     return {'final_eval_return': run_state.last_eval_return,
             'best_eval_return': run_state.best_eval_return,
+            'best_policy': evaluation.best.best if evaluation.best else None,
             'steps_to_target': run_state.steps_to_target,
             'last_eval_env_step': run_state.last_eval_step,
             'policy_train_step': evaluation.policy_step,
@@ -127,6 +135,8 @@ def _loop(evaluation, role, settings, params, run_state, summaries, watchdog, *,
 def _evaluate(evaluation, run_state, summaries, env_step, target):
     average_return, average_length = evaluation.evaluator()
     run_state.record_eval(env_step, average_return, target)
+    if evaluation.best is not None:
+        evaluation.best.consider(env_step, average_return)
     summaries.write(env_step, {tags.EVAL_AVERAGE_RETURN: average_return,
                                tags.EVAL_AVERAGE_EPISODE_LENGTH: average_length,
                                'eval/train_step': evaluation.policy_step})

@@ -21,6 +21,15 @@ def test_the_same_policy_scores_the_same_on_the_same_episodes(tmp_path):
                                         env.action_spec())
     path = str(tmp_path / 'policy')
     policy_saver.PolicySaver(constant, batch_size=None).save(path)
-    (_, first, spread), (_, second, _) = cli.evaluate_main(
-        ['--env_id=Pendulum-v1', '--episodes=3', path, path])
-    assert first == second and -3 * 1700 < first < 0 and spread > 0
+    result = cli.evaluate_main(['--env_id=Pendulum-v1', '--episodes=3', path, path])
+    first, second = result['policies']
+    assert first['returns'] == second['returns'] and -1700 < first['mean'] < 0
+    assert first['std'] > 0 and first['ci95'][0] < first['mean'] < first['ci95'][1]
+    (difference,) = result['differences']
+    assert difference['mean'] == 0 and difference['ci95'] == [0.0, 0.0]
+
+
+def test_a_policy_outside_a_run_needs_an_env_id(tmp_path):
+    (tmp_path / 'policy').mkdir()
+    with pytest.raises(UserError, match='pass --env_id'):
+        cli.evaluate_main([str(tmp_path / 'policy')])
