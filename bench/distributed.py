@@ -24,14 +24,15 @@ from bench import timing
 
 SINGLE_CONFIG = 'configs/sac_pendulum.gin'
 DISTRIBUTED_CONFIG = 'configs/sac_pendulum_distributed.gin'
-COMMON = ['run.eval_interval=0', 'run.num_eval_episodes=1', 'run.checkpoint_interval=1000000']
+COMMON = ['run.eval_interval=0', 'run.num_eval_episodes=1', 'run.checkpoint_interval=1000000',
+          'run.best_policy_episodes=0', 'run.final_eval_episodes=0', 'run.final_video=False']
 FULL_BUDGETS = (3_000, 9_000)
 QUICK_BUDGETS = (1_500, 2_500)
 
 
 def single_command(env_steps, root_dir):
     cmd = [timing.python(), 'train.py', f'--gin_file={SINGLE_CONFIG}', f'--root_dir={root_dir}',
-           f'--gin_bindings=run.num_env_steps={env_steps}',
+           '--print_metrics', f'--gin_bindings=run.num_env_steps={env_steps}',
            '--gin_bindings=run.export_final_policy=False']
     return cmd + [f'--gin_bindings={b}' for b in COMMON]
 

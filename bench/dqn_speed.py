@@ -26,6 +26,8 @@ TFA_INITIAL_COLLECT = 1000  # train_eval's default; env steps before iteration 1
 TFA_LOG_INTERVAL = 1000  # its default; budgets are multiples so the last log is the last step
 OURS_CONFIG = 'configs/dqn_cartpole.gin'
 OURS_BINDINGS = [
+    # The peer does no best-policy confirmation, end-of-run report or video: same work.
+    'run.best_policy_episodes=0', 'run.final_eval_episodes=0', 'run.final_video=False',
     # The example's agent: DQN (not double), 1-step targets, soft target updates
     # (tau 0.05 every 5 steps), fixed epsilon 0.1, Adam 1e-3, no gradient clipping.
     'dqn.make_agent.fc_layer_params=(100,)',
@@ -95,7 +97,7 @@ def parse_tfa(result, iterations):
 def ours_command(use_xla):
     def build(env_steps, root_dir):
         cmd = [timing.python(), 'train.py', f'--gin_file={OURS_CONFIG}', f'--root_dir={root_dir}',
-               f'--gin_bindings=run.num_env_steps={env_steps}']
+               '--print_metrics', f'--gin_bindings=run.num_env_steps={env_steps}']
         bindings = OURS_BINDINGS + [f'run.use_xla={use_xla}']
         return cmd + [f'--gin_bindings={binding}' for binding in bindings]
     return build

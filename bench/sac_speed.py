@@ -30,6 +30,8 @@ TFA_INITIAL_COLLECT = 1000
 TFA_LOG_INTERVAL = 1000  # its default; budgets are multiples so the last log is the last step
 OURS_CONFIG = 'configs/sac_pendulum.gin'
 OURS_BINDINGS = [
+    # The peer does no best-policy confirmation, end-of-run report or video: same work.
+    'run.best_policy_episodes=0', 'run.final_eval_episodes=0', 'run.final_video=False',
     # The example's agent (its defaults, reward scale aside: 0.1 is tuned for MuJoCo).
     'sac.make_agent.actor_fc_layer_params=(256, 256)',
     'sac.make_agent.critic_joint_fc_layer_params=(256, 256)',
@@ -99,7 +101,7 @@ def parse_tfa(result, iterations):
 
 def ours_command(env_steps, root_dir):
     cmd = [timing.python(), 'train.py', f'--gin_file={OURS_CONFIG}', f'--root_dir={root_dir}',
-           f'--gin_bindings=run.num_env_steps={env_steps}']
+           '--print_metrics', f'--gin_bindings=run.num_env_steps={env_steps}']
     return cmd + [f'--gin_bindings={binding}' for binding in OURS_BINDINGS]
 
 

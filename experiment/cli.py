@@ -46,6 +46,9 @@ def parse_train_args(argv):
                                      epilog=TRAIN_USAGE)
     add_gin_flags(parser)
     add_verbose_flag(parser)
+    parser.add_argument('--print_metrics', action='store_true',
+                        help="End with a 'final metrics: <json>' line (for scripts; the same "
+                             "is in <root_dir>/metrics.json).")
     parser.add_argument('--root_dir', default=None,
                         help='Run directory (default: runs/<first config name>/seed_<seed>).')
     parser.add_argument('--seed', type=int, default=0, help='Seed for everything the run draws.')
@@ -127,7 +130,10 @@ def train_main(argv=None):
                         bind_all_interfaces=args.bind_all_interfaces)
     from experiment.entry import experiment_function
 
-    return experiment_function()(root_dir, seed=args.seed, force=args.force)
+    metrics = experiment_function()(root_dir, seed=args.seed, force=args.force)
+    if args.print_metrics:
+        print('final metrics: ' + json.dumps(metrics, sort_keys=True), flush=True)
+    return metrics
 
 
 def make_dataset_main(argv=None):

@@ -94,3 +94,26 @@ def test_hopper_falling_over_terminates_with_discount_0():
     lasts = [s for s in _random_steps('Hopper-v5', 300) if int(s.step_type[0]) == 2]
     assert lasts, 'a random Hopper falls within 300 steps'
     assert all(float(s.discount[0]) == 0.0 for s in lasts)
+
+
+def test_a_mujoco_episode_renders_headless_into_a_video():
+    import gin
+
+    from experiment import video
+
+    assert os.environ.get('MUJOCO_GL') or os.environ.get('DISPLAY')  # set by envs/
+    gin.bind_parameter('make_env.max_episode_steps', 30)
+    rng = np.random.default_rng(0)
+    try:
+        frames, _, fps = video.play_and_render(
+            lambda time_step: rng.uniform(-1, 1, (1, 6)).astype(np.float32),
+            env_id='HalfCheetah-v5', seed=0)
+    except Exception as error:  # noqa: BLE001  (no EGL/OSMesa library on this machine)
+        pytest.skip(f"MuJoCo cannot render with MUJOCO_GL={os.environ.get('MUJOCO_GL')} here "
+                    f"({type(error).__name__}: {error}); install libegl1 and libgl1-mesa-dri")
+    finally:
+        gin.clear_config()
+    assert frames.shape[0] == 30 and frames.dtype == np.uint8 and frames.shape[-1] == 3
+    assert frames.std() > 0 and not np.array_equal(frames[0], frames[-1])
+    gif, width, height = video.encode_gif(frames, fps)
+    assert gif.startswith(b'GIF8') and max(width, height) <= video.MAX_SIDE

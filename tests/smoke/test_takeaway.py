@@ -1,4 +1,4 @@
-"""What a user takes away from a run: best and final policies, the report, videos, a quiet console."""
+"""What a user takes away from a run: best and final policies, report, videos, quiet console."""
 
 import glob
 import json
