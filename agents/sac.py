@@ -22,6 +22,7 @@ from tf_agents.policies import greedy_policy
 from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common, object_identity
 
+from agents.exploration import ColoredNoisePolicy
 from agents.networks import make_optimizer
 from core.checks import check
 from core.errors import UserError
@@ -36,13 +37,25 @@ class SacAgent(sac_agent.SacAgent):
     while collection keeps sampling for exploration.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, exploration_noise_beta=0.0, exploration_noise_horizon=1000,
+                 **kwargs):
         super().__init__(*args, **kwargs)
         self._greedy_policy = greedy_policy.GreedyPolicy(self._policy)
+        noisy = None
+        if exploration_noise_beta > 0:
+            noisy = ColoredNoisePolicy(self._collect_policy, beta=exploration_noise_beta,
+                                       horizon=exploration_noise_horizon)
+        # Not tracked: its noise state is no part of the agent's checkpoint.
+        object.__setattr__(self, '_colored_collect_policy', noisy)
 
     @property
     def policy(self):
         return self._greedy_policy
+
+    @property
+    def collect_policy(self):
+        """SAC's sampling policy, with colored noise if `exploration_noise_beta` > 0."""
+        return self._colored_collect_policy or self._collect_policy
 
     @property
     def alpha(self):
@@ -127,7 +140,9 @@ def make_agent(time_step_spec, action_spec, train_step, *,
                target_update_period=1,
                gamma=0.99,
                reward_scale_factor=1.0,
-               gradient_clipping=None):
+               gradient_clipping=None,
+               exploration_noise_beta=0.0,
+               exploration_noise_horizon=1000):
     """Builds a SAC agent for a continuous (Box) action spec.
 
     Args:
@@ -148,11 +163,17 @@ def make_agent(time_step_spec, action_spec, train_step, *,
       gamma: discount factor; truncated episodes still bootstrap (discount 1).
       reward_scale_factor: multiplies rewards in the critic target.
       gradient_clipping: global-norm clip, or None.
+      exploration_noise_beta: the collect policy's noise color (agents/exploration.py):
+        0 is SAC's white noise, 1 pink (temporally correlated; what MountainCarContinuous
+        needs), 2 red. Evaluation and the exported policy are greedy either way.
+      exploration_noise_horizon: steps per colored-noise sequence (the episode length).
 
     Returns:
       A `tf_agents.agents.TFAgent` with `summary_scalars` and `batch_diagnostics`.
     """
     validate(action_spec, 'sac.make_agent', locals())
+    check('sac.make_agent', locals(), positive=('exploration_noise_horizon',),
+          numbers={'exploration_noise_beta': (0.0, 4.0, 'closed')})
     actor_net, critic_net = make_networks(
         time_step_spec.observation, action_spec, actor_fc_layer_params,
         critic_joint_fc_layer_params)
@@ -175,7 +196,9 @@ def make_agent(time_step_spec, action_spec, train_step, *,
         initial_log_alpha=initial_log_alpha,
         target_entropy=target_entropy,
         gradient_clipping=gradient_clipping,
-        train_step_counter=train_step)
+        train_step_counter=train_step,
+        exploration_noise_beta=exploration_noise_beta,
+        exploration_noise_horizon=exploration_noise_horizon)
     agent.initialize()
     # Agent-specific scalars the experiment writes to TensorBoard (name -> callable).
     agent.summary_scalars = {'train/alpha': lambda: agent.alpha}

@@ -69,6 +69,9 @@ def test_a_tiny_run_ends_by_itself_with_every_role_stopped(tmp_path):
     assert metrics['learner']['train_steps'] == 168  # (400 - 64) x 4 / 8
     assert metrics['replay']['inserted'] >= 400
     assert _gone(_role_pids(output))
+    # The evaluator keeps the run's best policy, as a single process does.
+    best = json.loads((tmp_path / 'run' / 'policy_best' / 'best.json').read_text())
+    assert metrics['eval']['best_policy'] == best and best['env_step'] >= 200
 
 
 def test_ctrl_c_stops_every_role_and_the_learner_checkpoints(tmp_path):

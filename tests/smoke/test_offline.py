@@ -83,6 +83,10 @@ def test_offline_cql_then_offline_to_online(random_dataset, workdir):
     scalars = read_scalars(offline_dir)
     assert {'train/cql_alpha', 'train/alpha', 'eval/AverageReturn'} <= set(scalars)
     assert [step for step, _ in scalars['eval/AverageReturn']] == [0, 100, 200]
+    # An offline run keeps its best policy on the train-step axis, and reports both.
+    assert offline['best_policy']['train_step'] in (0, 100, 200)
+    assert os.path.isfile(os.path.join(offline_dir, 'policy_best', 'saved_model.pb'))
+    assert set(offline['final_report']) == {'final', 'best', 'best_minus_final'}
 
     online_dir = str(workdir / 'online')
     online = cli.train_main(
