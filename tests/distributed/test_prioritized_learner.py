@@ -26,13 +26,16 @@ def _sampled_priorities(address, count=256):
     return np.array([sample.info.priority for sample in samples], np.float64)
 
 
-def test_the_learner_updates_priorities_on_the_server(tmp_path):
+def _tiny_dqn_cluster(tmp_path, *bindings):
     os.chdir(ROOT)
-    cluster = Cluster(
+    return Cluster(
         gin_files=['configs/dqn_cartpole.gin', 'configs/testing/tiny.gin'],
-        gin_bindings=FAST + ['run.replay_backend = @ReverbPrioritizedReplay',
-                             'run.num_env_steps = 1000000'],
+        gin_bindings=FAST + [*bindings, 'run.num_env_steps = 1000000'],
         root_dir=str(tmp_path / 'run'), port=free_port(), bind_all_interfaces=True)
+
+
+def test_the_learner_updates_priorities_on_the_server(tmp_path):
+    cluster = _tiny_dqn_cluster(tmp_path, 'run.replay_backend = @ReverbPrioritizedReplay')
     try:
         cluster.start('replay')
         cluster.start('learn')
@@ -55,12 +58,7 @@ def test_the_learner_updates_priorities_on_the_server(tmp_path):
 
 
 def test_a_diverging_learner_stops_with_one_line_and_pushes_nothing_non_finite(tmp_path):
-    os.chdir(ROOT)
-    cluster = Cluster(
-        gin_files=['configs/dqn_cartpole.gin', 'configs/testing/tiny.gin'],
-        gin_bindings=FAST + ['dqn.make_agent.learning_rate = 1e30',
-                             'run.num_env_steps = 1000000'],
-        root_dir=str(tmp_path / 'run'), port=free_port(), bind_all_interfaces=True)
+    cluster = _tiny_dqn_cluster(tmp_path, 'dqn.make_agent.learning_rate = 1e30')
     try:
         cluster.start('replay')
         learner = cluster.start('learn')
