@@ -5,6 +5,7 @@ this machine has other interfaces), so they are slow-ish: marked `slow`.
 The SAC Pendulum learning run (>= -200) is in test_learning.py.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -35,6 +36,9 @@ def _finish(proc, timeout_s):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         output, _ = proc.communicate()
+        for pid in _role_pids(output):  # each role runs in its own session: not in the group
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         raise AssertionError(f'the launcher did not finish in {timeout_s} s:\n{output[-3000:]}')
     return output
 

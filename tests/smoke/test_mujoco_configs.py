@@ -102,6 +102,7 @@ def test_a_mujoco_episode_renders_headless_into_a_video():
     from experiment import video
 
     assert os.environ.get('MUJOCO_GL') or os.environ.get('DISPLAY')  # set by envs/
+    gin.clear_config()  # an earlier train_main in this process left its config locked
     gin.bind_parameter('make_env.max_episode_steps', 30)
     rng = np.random.default_rng(0)
     try:
