@@ -33,7 +33,7 @@ def make_dataset(output_dir, seed=0, *, kind='random', policy_dir=None, run_dir=
       kind: 'random' (uniform actions), 'expert' (the saved policy at
         `policy_dir`) or 'medium' (the snapshot of `run_dir` whose eval return
         is closest to `target_return`).
-      policy_dir: a SavedModel policy (a run's policy/), for 'expert'.
+      policy_dir: a SavedModel policy (a run's policy/ or policy_best/), for 'expert'.
       run_dir: a training run with policy snapshots, for 'medium'.
       target_return: the eval return the 'medium' snapshot should have.
       num_steps: RLDS steps to collect at least (whole episodes only).
