@@ -72,7 +72,8 @@ def summary_line(name, summary):
 
 def difference_line(name_a, name_b, difference):
     low, high = difference['ci95']
-    verdict = ('no clear difference' if low <= 0 <= high
+    # An interval that holds 0, or that rounds to 0.0 as printed, is no difference to report.
+    verdict = ('no clear difference' if low <= 0 <= high or max(abs(low), abs(high)) < 0.05
                else f"{name_a if low > 0 else name_b} is better")
     return (f"{name_a} - {name_b}: {difference['mean']:+.1f} (95% CI {low:+.1f} to "
             f"{high:+.1f}) on the same episodes: {verdict}")

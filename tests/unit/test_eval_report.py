@@ -39,6 +39,8 @@ def test_pairing_removes_the_start_states_share_of_the_spread():
     unpaired_low, unpaired_high = eval_report.bootstrap_interval(a)
     assert unpaired_high - unpaired_low > 10 * (high - low)
     assert 'a is better' in eval_report.difference_line('a', 'b', paired)
+    tiny = eval_report.paired_difference([1e-5] * 10, [0.0] * 10)  # prints as +0.0
+    assert 'no clear difference' in eval_report.difference_line('a', 'b', tiny)
 
 
 def test_summary_fields_and_line():
