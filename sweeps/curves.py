@@ -80,7 +80,7 @@ def write(sweep_dir, title, config_results):
     if not aggregated:
         return None
     path = os.path.join(sweep_dir, PNG_NAME)
-    _plot(aggregated, title, path)
+    plot(aggregated, title, path)
     return path
 
 
@@ -94,7 +94,8 @@ def _csv_text(aggregated):
     return out.getvalue()
 
 
-def _plot(aggregated, title, path):
+def plot(aggregated, title, path, references=None):
+    """Mean ± std curves per label, plus horizontal reference lines {label: value}; atomic."""
     import matplotlib
 
     matplotlib.use('Agg')  # no display on servers and CI
@@ -104,6 +105,8 @@ def _plot(aggregated, title, path):
     for label, (steps, mean, std, _) in aggregated.items():
         (line,) = axes.plot(steps, mean, marker='.', label=label)
         axes.fill_between(steps, mean - std, mean + std, color=line.get_color(), alpha=0.2)
+    for index, (label, value) in enumerate((references or {}).items()):
+        axes.axhline(value, linestyle=('--', ':', '-.')[index % 3], color='gray', label=label)
     axes.set_xlabel('env steps')
     axes.set_ylabel(f'{tags.EVAL_AVERAGE_RETURN} (mean ± std over seeds)')
     axes.set_title(title)

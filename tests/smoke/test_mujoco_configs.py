@@ -18,7 +18,7 @@ from envs.suite import make_env
 from experiment import cli
 from tests.smoke.test_train import ROOT, read_scalars
 
-CONFIGS = ['configs/sac_halfcheetah.gin', 'configs/sac_hopper.gin']
+CONFIGS = ['configs/sac_halfcheetah.gin', 'configs/sac_hopper.gin', 'configs/sac_walker2d.gin']
 ENV_STEPS = 1000
 # The tiny mixin shrinks networks, batch and replay; these shrink the run further for speed:
 # 1,000 env steps, 8 env steps then 8 gradient steps per chunk, one 2-episode eval at the end.
