@@ -12,7 +12,6 @@ experiment/offline.py) only builds its own parts and says what one chunk is.
 
 import contextlib
 import dataclasses
-import json
 import os
 from typing import Callable
 
@@ -28,7 +27,7 @@ from core.quiet import native_log_lines_hidden
 from core.signals import StopSignal
 from core.tf_setup import configure_tf
 from envs.suite import make_env
-from experiment import eval_report
+from experiment import takeaway
 from experiment.best_policy import BestPolicy
 from experiment.checkpointing import Checkpointer
 from experiment.evaluation import Evaluator, play_episodes
@@ -36,15 +35,12 @@ from experiment.loop import ALL_FINITE
 from experiment.progress import Progress
 from experiment.run_state import RunState
 from experiment.summaries import SummaryWriter
-from experiment.video import VideoRecorder, record_video
+from experiment.video import VideoRecorder
 
-# Fixed seeds of the best policy's confirmation episodes and of the end-of-run
-# report: the same start states for every candidate, every run and every seed
-# (so reports of different runs compare), and never the training or periodic
-# evaluation seeds (seed + i, seed + 10_000 + i).
+# The fixed seed of the best policy's confirmation episodes: the same start states
+# for every candidate, run and seed, and never the training or periodic evaluation
+# seeds (seed + i, seed + 10_000 + i) or the report's (takeaway.REPORT_SEED).
 CONFIRMATION_SEED = 2_000_000
-REPORT_SEED = 3_000_000
-EVALUATION_FILE = 'evaluation.json'
 
 
 def crossed(interval, before, after):
@@ -312,49 +308,17 @@ class Trainer:
         if self.interrupted:
             return
         if self._config.final_eval_episodes:
-            with self.writing(EVALUATION_FILE, step):
-                self.evaluation = self._final_report()
+            with self.writing(takeaway.EVALUATION_FILE, step):
+                env = self.eval_env(self._config.final_eval_episodes, takeaway.REPORT_SEED)
+                try:
+                    self.evaluation = takeaway.final_report(
+                        self.root_dir, env, self._evaluator.act, self._best, self.say)
+                finally:
+                    env.close()
         if self._config.final_video:
             with self.writing('the final video', step):
-                self._final_video(step)
-
-    def _final_report(self):
-        """The final and the best policy on the same seeded episodes -> evaluation.json."""
-        from rlds_io.behaviour import load_saved_policy
-
-        episodes = self._config.final_eval_episodes
-        env = self.eval_env(episodes, REPORT_SEED)
-        try:
-            players = {'final': self._evaluator.act}
-            if self._best is not None and self._best.best is not None:
-                players['best'] = load_saved_policy(self._best.directory)
-            report = {}
-            for name, act in players.items():
-                returns, lengths = play_episodes(env, act, seed=REPORT_SEED)
-                report[name] = eval_report.summarize(returns, lengths, seed=REPORT_SEED)
-                self.say(eval_report.summary_line(f"{name} policy", report[name]))
-        finally:
-            env.close()
-        if 'best' in report:
-            report['best_minus_final'] = eval_report.paired_difference(
-                report['best']['returns'], report['final']['returns'])
-            self.say(eval_report.difference_line('best', 'final', report['best_minus_final']))
-            report['best']['policy'] = self._best.best
-        rundir.atomic_write_text(os.path.join(self.root_dir, EVALUATION_FILE),
-                                 json.dumps(report, indent=1))
-        return report
-
-    def _final_video(self, step):
-        """One episode of the best policy (else the final one) under videos/."""
-        from rlds_io.behaviour import load_saved_policy
-
-        if self._best is not None and self._best.best is not None:
-            act, name = load_saved_policy(self._best.directory), 'best'
-        else:
-            act, name = self._evaluator.act, 'final'
-        self.videos.last_path = record_video(
-            act, os.path.join(self.root_dir, 'videos', f'{name}_at_{step:08d}'),
-            seed=REPORT_SEED)
+                self.videos.last_path = takeaway.final_video(
+                    self.root_dir, step, self._evaluator.act, self._best)
 
     def report(self, step, metrics):
         """Adds the run-level results to `metrics`, writes metrics.json, prints warnings."""
@@ -369,9 +333,7 @@ class Trainer:
         if self._best is not None and self._best.best is not None:
             metrics['best_policy'] = self._best.best
         if self.evaluation:
-            metrics['final_report'] = {name: {key: value for key, value in part.items()
-                                              if key not in ('returns', 'lengths')}
-                                       for name, part in self.evaluation.items()}
+            metrics['final_report'] = takeaway.report_metrics(self.evaluation)
         with self.writing('metrics.json', step):
             rundir.write_metrics(self.root_dir, metrics)
         if metrics['unused_bindings']:
@@ -381,34 +343,11 @@ class Trainer:
             self.say(f"Interrupted at {self.unit[:-1]} {step:,}: checkpoint saved; rerun the "
                      "same command to resume.")
         else:
-            self._say_summary(step)
+            for line in takeaway.summary_lines(
+                    self.root_dir, step, self.unit, report=self.evaluation, best=self._best,
+                    video_path=self.videos.last_path if self.videos else None):
+                self.say(line)
         return metrics
-
-    def _say_summary(self, step):
-        """Where everything a user takes away is, and how to look at it."""
-        lines = [f"Done at {self.unit[:-1]} {step:,}: {self.root_dir}"]
-        final = (self.evaluation or {}).get('final')
-        if final and os.path.isdir(os.path.join(self.root_dir, 'policy')):
-            lines.append(f"  final policy  {os.path.join(self.root_dir, 'policy')}  "
-                         f"{final['mean']:.1f} ± {final['std']:.1f} on {final['episodes']} "
-                         "report episodes")
-        if self._best is not None and self._best.best is not None:
-            best, text = self._best.best, ''
-            if self.evaluation and 'best' in self.evaluation:
-                part = self.evaluation['best']
-                text = (f"{part['mean']:.1f} ± {part['std']:.1f} on {part['episodes']} report "
-                        "episodes, ")
-            key = self.unit.replace(' ', '_')[:-1]
-            lines.append(f"  best policy   {self._best.directory}  {text}from "
-                         f"{self.unit[:-1]} {best[key]:,}")
-        if self.evaluation:
-            lines.append(f"  report        {os.path.join(self.root_dir, EVALUATION_FILE)}")
-        lines.append(f"  metrics       {os.path.join(self.root_dir, 'metrics.json')}")
-        if self.videos is not None and self.videos.last_path:
-            lines.append(f"  video         {self.videos.last_path}")
-        lines.append(f"  TensorBoard   tensorboard --logdir {os.path.join(self.root_dir, 'tb')}")
-        for line in lines:
-            self.say(line)
 
     def rate(self, step):
         """Steps per second of this process's training so far."""
