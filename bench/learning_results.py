@@ -105,8 +105,10 @@ def markdown(rows, command):
             f"{'' if row['finished'] else ' (in progress)'} | {_fmt(row['final_eval'])} | "
             f"{(_fmt(report['mean']) + ' ± ' + _fmt(report['std'])) if report else '—'} | "
             f"{(_fmt(wall / 3600, 2) + ' h') if wall else '—'} | {_fmt(rate)} |")
+    plotted = sorted(env for env, env_rows in by_env.items()
+                     if any(row['curve'] for row in env_rows))
     lines += ['', 'Curves: ' + ', '.join(f'![{env}](img/learning_{_family(env)}.png)'
-                                        for env in sorted(by_env)), '']
+                                        for env in plotted), '']
     return '\n'.join(lines)
 
 
