@@ -35,7 +35,7 @@ from experiment.loop import ALL_FINITE
 from experiment.progress import Progress
 from experiment.run_state import RunState
 from experiment.summaries import SummaryWriter
-from experiment.video import VideoRecorder
+from experiment.video import RenderError, VideoRecorder
 
 # The fixed seed of the best policy's confirmation episodes: the same start states
 # for every candidate, run and seed, and never the training or periodic evaluation
@@ -96,6 +96,7 @@ class Trainer:
         self._best = None
         self._confirm_env = None
         self.videos = None
+        self._video_problem = None
         self.evaluation = None
         self._on_checkpoint = []
         self.writer = None
@@ -179,7 +180,18 @@ class Trainer:
     def record_video(self, step, diagnostics=None):
         """The `video_interval` hook: one greedy episode as a GIF and in TensorBoard."""
         with self.writing('a video', step):
-            self.videos.record(step, diagnostics)
+            self._try_video(lambda: self.videos.record(step, diagnostics))
+
+    def _try_video(self, record):
+        """A video that cannot be rendered is a warning (once), never the end of a run."""
+        if self._video_problem:
+            return None  # the renderer failed before: do not try (and warn) every interval
+        try:
+            return record()
+        except RenderError as error:
+            self._video_problem = str(error)
+            self.say(f"warning: no videos for this run: {error}")
+            return None
 
     def save_checkpoint(self, step, diagnostics=None):
         del diagnostics
@@ -317,8 +329,9 @@ class Trainer:
                     env.close()
         if self._config.final_video:
             with self.writing('the final video', step):
-                self.videos.last_path = takeaway.final_video(
-                    self.root_dir, step, self._evaluator.act, self._best)
+                self.videos.last_path = self._try_video(lambda: takeaway.final_video(
+                    self.root_dir, step, self._evaluator.act, self._best)) \
+                    or self.videos.last_path
 
     def report(self, step, metrics):
         """Adds the run-level results to `metrics`, writes metrics.json, prints warnings."""

@@ -35,6 +35,22 @@ def _render_env(env_id, seed):
         return make_env(num_envs=1, seed=seed, env_kwargs=kwargs, **options)
 
 
+class RenderError(UserError):
+    """The environment cannot render frames here (no rgb_array mode, no OpenGL back end)."""
+
+
+def _render(env):
+    """One frame of a one-copy env; any renderer failure becomes a one-line RenderError."""
+    try:
+        return env.render()[0]
+    except Exception as error:  # noqa: BLE001  (pygame, MuJoCo's GL back ends, ...)
+        reason = ' '.join(str(error).split())[:160] or type(error).__name__
+        raise RenderError(
+            f"Cannot render frames for a video ({type(error).__name__}: {reason}). MuJoCo needs "
+            "MUJOCO_GL=egl (Debian: libegl1, libgl1-mesa-dri) or osmesa (libosmesa6); or turn "
+            "videos off: run.video_interval=0, run.final_video=False.") from None
+
+
 def play_and_render(act, *, env_id=None, seed=0):
     """Plays one greedy episode; returns (frames [T, H, W, 3] uint8, return, fps)."""
     env = _render_env(env_id, seed)
@@ -43,9 +59,9 @@ def play_and_render(act, *, env_id=None, seed=0):
         time_step = env.reset()
         frames, episode_return = [], 0.0
         while True:
-            frame = env.render()[0]
+            frame = _render(env)
             if frame is None:
-                raise UserError("The environment rendered no frame: it does not support "
+                raise RenderError("The environment rendered no frame: it does not support "
                                 "render_mode='rgb_array', so it cannot be recorded.")
             frames.append(np.asarray(frame, np.uint8))
             time_step = env.step(act(time_step))

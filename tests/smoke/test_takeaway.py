@@ -98,3 +98,17 @@ def test_evaluate_reports_intervals_and_records_videos(tmp_path):
     assert difference['mean'] == best['mean'] - final['mean']
     assert json.loads(report_path.read_text()) == json.loads(json.dumps(result))
     assert len(glob.glob(str(tmp_path / 'videos' / 'policy_*_return_*.gif'))) == 2
+
+
+def test_an_env_that_cannot_render_costs_a_warning_not_the_run(tmp_path, capsys, monkeypatch):
+    def broken(env):
+        raise RuntimeError("'NoneType' object has no attribute 'glGetError'")  # osmesa, no lib
+
+    monkeypatch.setattr('envs.batched.BatchedGymnasiumEnvironment.render', broken)
+    metrics = cli.train_main(TINY + [f'--root_dir={tmp_path / "run"}',
+                                     '--gin_bindings=run.video_interval=200',
+                                     '--gin_bindings=run.final_video=True'])
+    assert metrics['env_steps'] == 400 and (tmp_path / 'run' / 'metrics.json').exists()
+    out = capsys.readouterr().out
+    assert out.count('warning: no videos for this run: Cannot render frames') == 1, out
+    assert 'run.final_video=False' in out and not (tmp_path / 'run' / 'videos').exists()
