@@ -10,7 +10,7 @@ is one line naming the binding, the value and what is expected.
 import dataclasses
 import math
 import re
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Sequence
 
 import gin
 
@@ -56,6 +56,9 @@ class _TrainingConfig:
       video_interval: steps between videos of a greedy episode under
         root_dir/videos/ and in TensorBoard's Images tab; 0: none.
       final_video: record the best (else the final) policy's episode at the end.
+      preprocessing: the preprocessing stage's transforms, in order, e.g.
+        `[@preprocess.ObservationNormalization(), @preprocess.RewardScaling()]`
+        (preprocessing/transforms.py); empty: the agent sees raw data.
     """
 
     make_agent: Callable = gin.REQUIRED
@@ -75,6 +78,7 @@ class _TrainingConfig:
     final_eval_episodes: int = 100
     video_interval: int = 0
     final_video: bool = True
+    preprocessing: Sequence[Any] = ()
 
     def _check_common(self, scope, **more):
         _required(scope, 'make_agent', self.make_agent)
@@ -93,6 +97,10 @@ class _TrainingConfig:
             checks[kind] = ({**checks.get(kind, {}), **rules} if isinstance(rules, dict)
                             else checks.get(kind, ()) + tuple(rules))
         check(scope, vars(self), **checks)
+        if not isinstance(self.preprocessing, (list, tuple)):
+            raise UserError(f"{scope}.preprocessing must be a list of transforms such as "
+                            "[@preprocess.ObservationNormalization()], got "
+                            f"{self.preprocessing!r}: fix the binding.")
 
 
 @gin.configurable('run')

@@ -20,6 +20,7 @@ from core.errors import UserError
 from core.schedules import linear_schedule
 from envs.suite import make_env
 from experiment import config as config_lib
+from experiment import staged_agent
 from experiment.buffer_probe import BufferProbe
 from experiment.loop import FusedLoop
 from experiment.train_summaries import TrainSummaries
@@ -54,7 +55,9 @@ def _train(trainer, config, seed):
     num_envs = env.batch_size
     config.check_num_envs(num_envs)
     tf_env = tf_py_environment.TFPyEnvironment(env)
-    agent = config.make_agent(tf_env.time_step_spec(), tf_env.action_spec(), trainer.train_step)
+    agent = staged_agent.build_agent(
+        config.make_agent, config.preprocessing, tf_env.time_step_spec(), tf_env.action_spec(),
+        trainer.train_step, num_envs=num_envs, collects=True)
     num_steps = agent.train_sequence_length or 2
     backend = _build_replay(config, trainer, agent, tf_env, num_envs=num_envs,
                             num_steps=num_steps)
@@ -64,7 +67,8 @@ def _train(trainer, config, seed):
             tf_metrics.AverageEpisodeLengthMetric(batch_size=num_envs),
         tags.TRAIN_EPISODES: tf_metrics.NumberOfEpisodes(),
     }
-    start_step = trainer.restore(env_step, agent=agent, env_step=env_step,
+    start_step = trainer.restore(env_step, **staged_agent.checkpoint_items(agent),
+                                 env_step=env_step,
                                  replay=backend.checkpoint_items(),
                                  metrics=list(train_metrics.values()))
     if config.initialize_from and start_step == 0:
@@ -84,7 +88,8 @@ def _train(trainer, config, seed):
                                       agent.collect_data_spec, num_envs, resume_step=start_step)
         trainer.on_checkpoint(recorder.save_shard)
     loop = FusedLoop(agent=agent, tf_env=tf_env, backend=backend,
-                     observers=list(train_metrics.values()) + ([recorder] if recorder else []),
+                     observers=(list(train_metrics.values()) + ([recorder] if recorder else [])
+                                + staged_agent.collection_observers(agent)),
                      env_steps=env_step, batch_size=config.batch_size, num_steps=num_steps,
                      train_steps=config.train_steps_per_iteration, use_xla=config.use_xla,
                      importance_beta=importance_beta)
@@ -92,13 +97,14 @@ def _train(trainer, config, seed):
                   eval_env=eval_env, config=config, target_return=config.target_return)
     summaries = TrainSummaries(
         trainer.writer, agent=agent, backend=backend, train_metrics=train_metrics,
-        train_step=trainer.train_step,
+        train_step=trainer.train_step, extra=lambda: staged_agent.summaries(agent),
         probe=BufferProbe(backend, batch_size=config.batch_size, num_steps=num_steps,
                           importance_beta=importance_beta))
     if start_step == 0 and config.initialize_from:
         trainer.evaluate(0)  # where the initial weights start: the bar online training must beat
 
     step = _collect_initial(trainer, loop, config, env_step, num_envs)
+    staged_agent.end_warmup(agent)
     summaries.start(step)
     steps_per_chunk = config.collect_steps_per_iteration // num_envs
 

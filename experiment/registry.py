@@ -18,3 +18,5 @@ import experiment.distributed.config  # noqa: F401
 import experiment.entry  # noqa: F401
 import experiment.offline  # noqa: F401
 import experiment.online  # noqa: F401
+import preprocessing.features  # noqa: F401
+import preprocessing.transforms  # noqa: F401

@@ -8,13 +8,15 @@ from experiment.loop import ALL_FINITE
 class TrainSummaries:
     """Writes every `summary_interval` env steps; reads counters, never per-step data."""
 
-    def __init__(self, writer, *, agent, backend, train_metrics, train_step, probe):
+    def __init__(self, writer, *, agent, backend, train_metrics, train_step, probe,
+                 extra=dict):
         self._writer = writer
         self._agent = agent
         self._backend = backend
         self._train_metrics = train_metrics
         self._train_step = train_step
         self._probe = probe
+        self._extra = extra  # {tag: (kind, value)}: e.g. the preprocessing statistics
         self._loop_rates = RateTracker()
         self._buffer_rates = RateTracker()
         self._capacity_checked = False
@@ -36,6 +38,11 @@ class TrainSummaries:
         values[tags.TRAIN_STEPS_PER_SEC] = rates['train_steps_per_sec']
         for name, value in self._buffer_values().items():
             values[tags.BUFFER_PREFIX + name] = value
+        for tag, (kind, value) in self._extra().items():
+            if kind == 'scalar':
+                values[tag] = float(value)
+            else:
+                self._writer.histogram(tag, value.numpy(), env_step)
         self._writer.scalars(values, env_step)
         self._check_capacity(values.get(tags.TRAIN_AVERAGE_EPISODE_LENGTH, 0.0))
         for name, histogram in self._backend.histograms().items():

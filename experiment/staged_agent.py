@@ -1,0 +1,97 @@
+"""An agent seen through the run's preprocessing stage (preprocessing/stage.py).
+
+Every mode (online, offline, the distributed roles) builds its agent with
+`build_agent`, and uses what it returns exactly as a TF-Agents agent: its
+`policy` and `collect_policy` take raw observations, its `collect_data_spec`
+is what replay stores (raw observations), and `train` transforms each sampled
+batch (normalisation with the current statistics, reward scaling,
+augmentation) before the agent's own `train`. Without `run.preprocessing`
+the agent is returned as it is (nothing added to any graph).
+
+What the agents' targets see: DQN's n-step target and SAC's one-step target
+are computed by the agent from the transformed batch, so they use normalised
+observations (also for the bootstrap state s_{t+n}) and scaled rewards; all
+rewards of one batch share one scale, so an n-step sum of scaled rewards is
+the scaled n-step sum.
+"""
+
+from tf_agents.trajectories import time_step as ts
+
+from core.errors import UserError
+from preprocessing import stage
+from preprocessing.transforms import RewardScaling
+
+
+class StagedAgent:
+    """`agent` behind `preprocessor`; attributes it does not change are the agent's."""
+
+    def __init__(self, agent, preprocessor, raw_time_step_spec, *, learns_statistics):
+        self.agent = agent
+        self.preprocessor = preprocessor
+        self._learns_statistics = learns_statistics
+        self.policy = stage.PreprocessedPolicy(agent.policy, preprocessor, raw_time_step_spec)
+        self.collect_policy = stage.PreprocessedPolicy(
+            agent.collect_policy, preprocessor, raw_time_step_spec)
+        self.collect_data_spec = preprocessor.replay_data_spec(agent.collect_data_spec)
+
+    def train(self, experience, weights=None):
+        if self._learns_statistics:
+            valid = experience.step_type[:, 0] != ts.StepType.LAST
+            self.preprocessor.observe_sampled(experience, valid)
+        return self.agent.train(self.preprocessor.experience(experience), weights=weights)
+
+    def batch_diagnostics(self, experience):
+        return self.agent.batch_diagnostics(self.preprocessor.experience(experience))
+
+    def __getattr__(self, name):
+        return getattr(self.agent, name)
+
+
+def build_agent(make_agent, transforms, time_step_spec, action_spec, train_step, *, num_envs,
+                collects):
+    """The agent for `make_agent`, behind the stage `transforms` describe (if any).
+
+    Args:
+      make_agent: the configured agent factory.
+      transforms: `run.preprocessing` (or `train_offline.preprocessing`).
+      time_step_spec, action_spec: the environment's (raw) specs.
+      train_step: the gradient-step counter.
+      num_envs: env copies per batched step (per-copy statistics, e.g. returns).
+      collects: True where this process's collection updates the statistics
+        (single-process online); False for learners that do not collect (offline,
+        distributed), which update observation statistics from sampled batches.
+    """
+    preprocessor = stage.build(transforms, time_step_spec, num_envs)
+    if preprocessor is None:
+        return make_agent(time_step_spec, action_spec, train_step)
+    if not collects and any(isinstance(t, RewardScaling) for t in preprocessor.transforms):
+        raise UserError("preprocess.RewardScaling tracks returns while collecting, which this "
+                        "process does not do (offline or distributed learning): remove it and "
+                        "scale rewards with the agent's reward_scale_factor instead.")
+    agent = make_agent(preprocessor.agent_time_step_spec(time_step_spec), action_spec,
+                       train_step)
+    return StagedAgent(agent, preprocessor, time_step_spec, learns_statistics=not collects)
+
+
+def checkpoint_items(agent):
+    """What a checkpoint holds of an agent: the agent, and the stage's statistics if staged."""
+    if isinstance(agent, StagedAgent):
+        return {'agent': agent.agent, 'preprocess': agent.preprocessor}
+    return {'agent': agent}
+
+
+def collection_observers(agent):
+    """Observers a collecting process adds so that the statistics follow its data."""
+    return [agent.preprocessor.observe] if isinstance(agent, StagedAgent) else []
+
+
+def end_warmup(agent):
+    if isinstance(agent, StagedAgent):
+        agent.preprocessor.freeze()
+
+
+def summaries(agent):
+    """{tag: (kind, tensor)} of the stage's statistics for TensorBoard ({} without a stage)."""
+    return agent.preprocessor.summaries() if isinstance(agent, StagedAgent) else {}
+
+
