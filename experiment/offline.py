@@ -15,6 +15,7 @@ from tf_agents.environments import tf_py_environment
 
 from core import tags
 from experiment import config as config_lib
+from experiment import staged_agent
 from experiment.loop import ALL_FINITE, Training
 from experiment.trainer import Hook, Trainer, resume_seed
 from rlds_io.files import Dataset
@@ -43,12 +44,15 @@ def _train(trainer, config, dataset, seed):
     eval_env = Trainer.eval_env(config.num_eval_episodes, seed + 10_000)
     tf_env = tf_py_environment.TFPyEnvironment(eval_env)
     dataset.check_specs(tf_env.time_step_spec(), tf_env.action_spec())
-    agent = config.make_agent(tf_env.time_step_spec(), tf_env.action_spec(), trainer.train_step)
+    # No collection here: observation statistics follow the batches sampled from the dataset.
+    agent = staged_agent.build_agent(
+        config.make_agent, config.preprocessing, tf_env.time_step_spec(), tf_env.action_spec(),
+        trainer.train_step, num_envs=tf_env.batch_size, collects=False)
     num_steps = agent.train_sequence_length or 2
     backend = load_dataset_into_backend(
         dataset, config.replay_backend, spec=agent.collect_data_spec,
         batch_size=config.batch_size, num_steps=num_steps, seed=seed, verbose=config.verbose)
-    start_step = trainer.restore(trainer.train_step, agent=agent)
+    start_step = trainer.restore(trainer.train_step, **staged_agent.checkpoint_items(agent))
     if start_step > 0:
         tf.random.set_seed(resume_seed(seed, start_step))
     training = Training(agent=agent, backend=backend, batch_size=config.batch_size,
@@ -66,6 +70,7 @@ def _train(trainer, config, dataset, seed):
         values.update({name: float(fn()) for name, fn in agent.summary_scalars.items()})
         values[tags.TRAIN_STEPS_PER_SEC] = rate(step)
         trainer.writer.scalars(values, step)
+        trainer.writer.kinds(staged_agent.summaries(agent), step)
 
     hooks = [Hook(config.summary_interval, write_summaries),
              Hook(config.eval_interval, trainer.evaluate),

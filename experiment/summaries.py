@@ -35,6 +35,14 @@ class SummaryWriter:
     def histogram(self, tag, values, step):
         self._pending.append((tf.summary.histogram, tag, values, int(step)))
 
+    def kinds(self, values, step):
+        """{tag: (kind, value)} with kind 'scalar' or 'histogram' (e.g. preprocessing stats)."""
+        for tag, (kind, value) in values.items():
+            if kind == 'scalar':
+                self.scalars({tag: value}, step)
+            else:
+                self.histogram(tag, value.numpy(), step)
+
     def animation(self, tag, gif_bytes, width, height, step, description=''):
         """An animated GIF in the Images tab (TensorBoard serves it as image/gif)."""
         self._pending.append((_write_gif, tag, (gif_bytes, width, height, description),

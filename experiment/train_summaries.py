@@ -38,12 +38,8 @@ class TrainSummaries:
         values[tags.TRAIN_STEPS_PER_SEC] = rates['train_steps_per_sec']
         for name, value in self._buffer_values().items():
             values[tags.BUFFER_PREFIX + name] = value
-        for tag, (kind, value) in self._extra().items():
-            if kind == 'scalar':
-                values[tag] = float(value)
-            else:
-                self._writer.histogram(tag, value.numpy(), env_step)
         self._writer.scalars(values, env_step)
+        self._writer.kinds(self._extra(), env_step)
         self._check_capacity(values.get(tags.TRAIN_AVERAGE_EPISODE_LENGTH, 0.0))
         for name, histogram in self._backend.histograms().items():
             if len(histogram):

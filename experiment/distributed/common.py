@@ -16,6 +16,7 @@ from tf_agents.environments import tf_py_environment
 from core import rundir
 from core.tf_setup import configure_tf
 from envs.suite import make_env
+from experiment import staged_agent
 from experiment.distributed import config
 from experiment.distributed.config import REPLAY_TABLE
 from experiment.summaries import SummaryWriter
@@ -60,7 +61,11 @@ def build_agent(params, *, seed, env=None):
     env = env if env is not None else make_env(seed=seed)
     tf_env = tf_py_environment.TFPyEnvironment(env)
     train_step = tf.Variable(0, dtype=tf.int64, name='train_step')
-    agent = params.make_agent(tf_env.time_step_spec(), tf_env.action_spec(), train_step)
+    # Collectors and the evaluator act with the statistics the learner publishes with the
+    # weights; the learner updates them from the batches it samples (it does not collect).
+    agent = staged_agent.build_agent(
+        params.make_agent, params.preprocessing, tf_env.time_step_spec(), tf_env.action_spec(),
+        train_step, num_envs=tf_env.batch_size, collects=False)
     return agent, train_step, tf_env
 
 
@@ -131,8 +136,11 @@ class RateSummaries:
         self._last = {}
         self._last_time = None
 
-    def write(self, step, scalars, counters=None):
-        """Writes `scalars`, and `<tag>_per_sec` for each counter since the previous call."""
+    def write(self, step, scalars, counters=None, kinds=None):
+        """Writes `scalars`, and `<tag>_per_sec` for each counter since the previous call.
+
+        `kinds` ({tag: (kind, value)}) adds histograms too (the preprocessing statistics).
+        """
         now = time.monotonic()
         values = dict(scalars)
         counters = counters or {}
@@ -144,6 +152,7 @@ class RateSummaries:
             self._last, self._last_time = dict(counters), now
         values.update(counters)
         self._writer.scalars(values, step)
+        self._writer.kinds(kinds or {}, step)
         self._writer.flush()
         return values
 

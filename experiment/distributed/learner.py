@@ -27,6 +27,7 @@ from core import rundir, tags
 from core.errors import UserError
 from core.export import export_policy
 from core.schedules import linear_schedule
+from experiment import staged_agent
 from experiment.checkpointing import Checkpointer
 from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import TRANSIENT, Stopped, Watchdog, one_line, retry
@@ -43,7 +44,8 @@ class _Learner:
         self.agent, self.train_step, tf_env = common.build_agent(params, seed=seed)
         self.num_envs = tf_env.batch_size
         self.checkpointer = Checkpointer(os.path.join(directory, 'checkpoints'),
-                                         agent=self.agent, train_step=self.train_step)
+                                         **staged_agent.checkpoint_items(self.agent),
+                                         train_step=self.train_step)
         self.store = tables.WeightStore(address, timeout_s=settings.timeout_s)
         self.whom_server = f'the replay server at {address}'
         self.importance_beta = linear_schedule(self.train_step, params.importance_beta_start,
@@ -219,7 +221,7 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
                 tags.TRAIN_LOSS: float(loss),
                 **{tag: float(fn()) for tag, fn in
                    getattr(learner.agent, 'summary_scalars', {}).items()}},
-                {'learner/train_steps': step})
+                {'learner/train_steps': step}, kinds=staged_agent.summaries(learner.agent))
             if 'learner/train_steps_per_sec' in values:
                 summaries.write(counters['inserted'], {
                     tags.TRAIN_STEPS_PER_SEC: values['learner/train_steps_per_sec']})

@@ -6,16 +6,14 @@ other priority in the table was set by the learner's `update_priorities`,
 the same call a single-process prioritized run makes.
 """
 
-import os
 
 import numpy as np
 import pytest
 import reverb
 
 from experiment.distributed import common, tables
-from experiment.distributed.cluster import Cluster, free_port
 from experiment.distributed.config import REPLAY_TABLE
-from tests.distributed.conftest import FAST, ROOT, pushed_step, wait_until
+from tests.distributed.conftest import pushed_step, tiny_dqn_cluster, wait_until
 
 pytestmark = [pytest.mark.reverb, pytest.mark.timeout(600)]
 
@@ -26,16 +24,8 @@ def _sampled_priorities(address, count=256):
     return np.array([sample.info.priority for sample in samples], np.float64)
 
 
-def _tiny_dqn_cluster(tmp_path, *bindings):
-    os.chdir(ROOT)
-    return Cluster(
-        gin_files=['configs/dqn_cartpole.gin', 'configs/testing/tiny.gin'],
-        gin_bindings=FAST + [*bindings, 'run.num_env_steps = 1000000'],
-        root_dir=str(tmp_path / 'run'), port=free_port(), bind_all_interfaces=True)
-
-
 def test_the_learner_updates_priorities_on_the_server(tmp_path):
-    cluster = _tiny_dqn_cluster(tmp_path, 'run.replay_backend = @ReverbPrioritizedReplay')
+    cluster = tiny_dqn_cluster(tmp_path, 'run.replay_backend = @ReverbPrioritizedReplay')
     try:
         cluster.start('replay')
         cluster.start('learn')
@@ -58,7 +48,7 @@ def test_the_learner_updates_priorities_on_the_server(tmp_path):
 
 
 def test_a_diverging_learner_stops_with_one_line_and_pushes_nothing_non_finite(tmp_path):
-    cluster = _tiny_dqn_cluster(tmp_path, 'dqn.make_agent.learning_rate = 1e30')
+    cluster = tiny_dqn_cluster(tmp_path, 'dqn.make_agent.learning_rate = 1e30')
     try:
         cluster.start('replay')
         learner = cluster.start('learn')

@@ -3,7 +3,9 @@
 import json
 import os
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from core.errors import UserError
 from experiment import cli
@@ -112,3 +114,27 @@ def test_bad_dataset_inputs_are_one_line_errors(workdir):
         cli.make_dataset_main(['--gin_file=configs/datasets/pendulum_random.gin',
                            '--gin_bindings=make_dataset.kind="replay"',
                            f'--output_dir={workdir}/x'])
+
+
+def test_offline_normalisation_learns_the_dataset_statistics_and_exports_them(random_dataset,
+                                                                             workdir):
+    """Offline there is no collection: the statistics follow the sampled dataset batches."""
+    path, _ = random_dataset
+    root_dir = str(workdir / 'cql_normalized')
+    metrics = cli.train_main(TINY_CQL + [
+        f'--root_dir={root_dir}', f'--gin_bindings=train_offline.dataset_dir="{path}"',
+        '--gin_bindings=train_offline.preprocessing = '
+        '[@preprocess.ObservationNormalization()]'])
+    assert metrics['train_steps'] == 200 and metrics['unused_bindings'] == []
+    checkpoint = tf.train.latest_checkpoint(os.path.join(root_dir, 'checkpoints'))
+    stats = {name.split('/')[-3]: tf.train.load_variable(checkpoint, name)
+             for name, _ in tf.train.list_variables(checkpoint)
+             if name.startswith('preprocess/') and '/stats/' in name}
+    # Pendulum's observation is (cos, sin, angular velocity): the velocity varies most.
+    assert stats['count'] >= 200 * 16
+    assert stats['var'][2] > stats['var'][0] and np.all(np.abs(stats['mean'][:2]) <= 1.0)
+    with pytest.raises(UserError, match='RewardScaling tracks returns while collecting'):
+        cli.train_main(TINY_CQL + [
+            f'--root_dir={workdir}/cql_reward_scaled',
+            f'--gin_bindings=train_offline.dataset_dir="{path}"',
+            '--gin_bindings=train_offline.preprocessing = [@preprocess.RewardScaling()]'])
