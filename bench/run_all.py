@@ -38,12 +38,13 @@ import sys
 import tempfile
 import time
 
-from bench import buffers, distributed, dqn_speed, sac_speed, timing
+from bench import buffers, distributed, dqn_speed, preprocessing_overhead, sac_speed, timing
 from core.rundir import atomic_write_text
 
 SECTIONS = [
     ('dqn_cartpole', dqn_speed.section),
     ('sac_pendulum', sac_speed.section),
+    ('preprocessing', preprocessing_overhead.section),
     ('buffers', buffers.section),
     ('distributed', distributed.section),
 ]

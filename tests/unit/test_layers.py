@@ -1,7 +1,7 @@
 """Imports point down only (docs/architecture.md): a test that fails on an upward import.
 
 Layers, bottom up: `core` (basics; imports nothing of ours) < the components
-`envs`, `agents`, `buffers`, `rlds_io` (each imports only `core` and itself) <
+`envs`, `agents`, `buffers`, `rlds_io`, `preprocessing` (each imports only `core` and itself) <
 `experiment` < `sweeps` < the entry points (train.py, sweep.py, evaluate.py,
 make_dataset.py, the distributed launcher) and the benchmarks, which nothing
 imports. Every import counts, including the ones inside functions.
@@ -13,7 +13,7 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-COMPONENTS = ('envs', 'agents', 'buffers', 'rlds_io')
+COMPONENTS = ('envs', 'agents', 'buffers', 'rlds_io', 'preprocessing')
 LAYER_OF_PACKAGE = {'core': 0, **{name: 1 for name in COMPONENTS}, 'experiment': 2,
                     'sweeps': 3, 'bench': 4}
 ENTRY_POINTS = {'train', 'sweep', 'evaluate', 'make_dataset', 'experiment.distributed.launch'}

@@ -313,3 +313,15 @@ def test_pixels_pass_normalisation_unchanged_by_default():
     assert stage.observation_spec.dtype == tf.uint8
     frames = tf.constant(np.full((2, 8, 8, 4), 200, np.uint8))
     np.testing.assert_array_equal(stage.observation(frames).numpy(), frames.numpy())
+
+
+def test_without_transforms_the_agent_is_used_as_it_is():
+    env = make_env('CartPole-v1', num_envs=1, seed=0)
+    tf_env = tf_py_environment.TFPyEnvironment(env)
+    agent = staged_agent.build_agent(
+        functools.partial(dqn.make_agent, fc_layer_params=(8,)), [], tf_env.time_step_spec(),
+        tf_env.action_spec(), tf.Variable(0, dtype=tf.int64), num_envs=1, collects=True)
+    assert not isinstance(agent, staged_agent.StagedAgent)  # nothing added to any graph
+    assert staged_agent.checkpoint_items(agent) == {'agent': agent}
+    assert staged_agent.collection_observers(agent) == [] and staged_agent.summaries(agent) == {}
+    env.close()

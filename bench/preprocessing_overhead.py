@@ -1,0 +1,79 @@
+"""What the preprocessing stage costs: DQN CartPole (configs/dqn_cartpole.gin) with and without it.
+
+The stage's per-step work is a statistics update per collected batch (an
+observer of the compiled collect loop), the transform inside the collect
+policy, and the transform of every sampled batch inside the train chunk.
+Measured like every end-to-end rate here (bench/dqn_speed.py): each variant
+runs at two budgets and its rate is Δ env steps / Δ wall time; the variants
+alternate over several rounds so a slow minute of the machine hits both.
+Without the stage nothing is added to any graph (experiment/staged_agent.py
+returns the agent itself), so "off" is the application as it was.
+"""
+
+import shutil
+import statistics
+import tempfile
+
+from bench import dqn_speed, timing
+
+CONFIG = 'configs/dqn_cartpole.gin'
+COMMON = ['run.best_policy_episodes=0', 'run.final_eval_episodes=0', 'run.final_video=False',
+          'run.eval_interval=0', 'run.num_eval_episodes=1', 'run.export_final_policy=False']
+STAGE = ('run.preprocessing=[@preprocess.ObservationNormalization(), '
+         '@preprocess.RewardScaling()]')
+VARIANTS = [('stage off (run.preprocessing = [])', []),
+            ('stage on (ObservationNormalization + RewardScaling)', [STAGE])]
+FULL = {'budgets': (5_000, 45_000), 'rounds': 3}
+QUICK = {'budgets': (2_000, 6_000), 'rounds': 1}
+LIMIT = 0.05  # the issue's bar: <= 5% of env steps/s
+
+
+def _build(extra):
+    def build(env_steps, root_dir):
+        cmd = [timing.python(), 'train.py', f'--gin_file={CONFIG}', f'--root_dir={root_dir}',
+               '--print_metrics', f'--gin_bindings=run.num_env_steps={env_steps}']
+        return cmd + [f'--gin_bindings={binding}' for binding in COMMON + extra]
+    return build
+
+
+def _system(name, extra):
+    return dqn_speed.System(name, 'ours', _build(extra), cwd=timing.REPO_ROOT,
+                            parse=dqn_speed.parse_ours(True), last_line=r'^final metrics: ',
+                            last_line_text='`final metrics:`')
+
+
+def section(opts):
+    plan = QUICK if opts.quick else FULL
+    scratch = tempfile.mkdtemp(prefix='preprocessing-', dir=opts.scratch_dir)
+    rates = {name: [] for name, _ in VARIANTS}
+    try:
+        for _ in range(plan['rounds']):
+            for name, extra in VARIANTS:
+                rate, _ = dqn_speed.measure(_system(name, extra), plan['budgets'], opts, scratch)
+                rates[name].append(rate.rate)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return render(rates, plan, opts)
+
+
+def render(rates, plan, opts):
+    (off_name, _), (on_name, on_extra) = VARIANTS
+    off, on = statistics.median(rates[off_name]), statistics.median(rates[on_name])
+    cost = 1.0 - on / off
+    out = ['## The preprocessing stage: cost on DQN CartPole', '',
+           f'`{CONFIG}` as shipped (0.5 gradient steps per env step, XLA on), with the stage off '
+           f'and on; {plan["rounds"]} round(s) alternating the two, each rate Δ env steps / Δ '
+           f'wall time between budgets {plan["budgets"][0]:,} and {plan["budgets"][1]:,}; '
+           f'every run {timing.describe_pinning(opts.cpus)}.', '']
+    rows = [[name, ', '.join(f'{r:,.0f}' for r in rates[name]),
+             f'{statistics.median(rates[name]):,.0f}'] for name, _ in VARIANTS]
+    out += [timing.markdown_table(['variant', 'env steps/s per round', 'median'], rows), '']
+    verdict = 'PASS' if cost <= LIMIT else 'FAIL'
+    out += [f'**Cost of the stage: {cost:+.1%} of env steps/s** (median on / median off = '
+            f'{on / off:.3f}; requirement ≤ {LIMIT:.0%}: {verdict}). Off adds nothing to any '
+            'graph: `staged_agent.build_agent` returns the bare agent.', '',
+            'Stage binding: `' + on_extra[0].replace('run.preprocessing=', 'run.preprocessing = ')
+            + '`', '']
+    if opts.quick:
+        out += ['**Quick mode: budgets shrunk to test the harness; not a benchmark.**', '']
+    return '\n'.join(out)
