@@ -13,6 +13,7 @@ from tf_agents.networks import q_network
 from tf_agents.trajectories import trajectory as trajectory_lib
 from tf_agents.utils import common
 
+from agents.exploration import TemporallyExtendedEpsilonGreedyPolicy
 from agents.networks import make_optimizer
 from agents.nstep import stop_windows_at_episode_end
 from core.checks import check
@@ -26,7 +27,14 @@ _LOSSES = {
 
 
 class _EpisodeAwareNStepMixin:
-    """Makes n-step targets stop at episode ends (see agents/nstep.py)."""
+    """Makes n-step targets stop at episode ends (see agents/nstep.py); optional
+    epsilon-z-greedy collection (agents/exploration.py)."""
+
+    _extended_collect_policy = None
+
+    @property
+    def collect_policy(self):
+        return self._extended_collect_policy or super().collect_policy
 
     def _loss(self, experience, *args, **kwargs):
         if isinstance(experience, trajectory_lib.Trajectory):
@@ -57,7 +65,9 @@ def make_agent(time_step_spec, action_spec, train_step, *,
                gamma=0.99,
                td_loss='huber',
                gradient_clipping=None,
-               reward_scale_factor=1.0):
+               reward_scale_factor=1.0,
+               exploration_repeat_mu=None,
+               exploration_max_repeat=100):
     """Builds a (Double) DQN agent for a discrete, scalar action spec.
 
     Args:
@@ -79,6 +89,11 @@ def make_agent(time_step_spec, action_spec, train_step, *,
       td_loss: 'huber' or 'mse'.
       gradient_clipping: global-norm clip, or None.
       reward_scale_factor: multiplies rewards in the target.
+      exploration_repeat_mu: None is epsilon-greedy; a number makes collection
+        epsilon-z-greedy (agents/exploration.py): each exploratory action is repeated
+        for n ~ zeta(mu) steps (mu = 2 is the paper's default), which reaches rewards
+        that need a long consistent push, e.g. MountainCar's flag.
+      exploration_max_repeat: the longest repeat, in env steps per copy.
 
     Returns:
       A `tf_agents.agents.TFAgent`.
@@ -86,12 +101,14 @@ def make_agent(time_step_spec, action_spec, train_step, *,
     if td_loss not in _LOSSES:
         raise UserError(f"Unknown dqn.make_agent.td_loss {td_loss!r}: choose 'huber' or 'mse'.")
     check('dqn.make_agent', locals(), layers=('fc_layer_params',),
-          positive=('epsilon_decay_steps', 'target_update_period', 'n_step_update'),
+          positive=('epsilon_decay_steps', 'target_update_period', 'n_step_update',
+                    'exploration_max_repeat'),
           numbers={'learning_rate': (0.0, math.inf, 'open_low'),
                    'epsilon_start': (0.0, 1.0, 'closed'), 'epsilon_end': (0.0, 1.0, 'closed'),
                    'target_update_tau': (0.0, 1.0, 'open_low'), 'gamma': (0.0, 1.0, 'open_low'),
                    'reward_scale_factor': (-math.inf, math.inf, 'closed')},
-          optional_numbers={'gradient_clipping': (0.0, math.inf, 'open_low')},
+          optional_numbers={'gradient_clipping': (0.0, math.inf, 'open_low'),
+                            'exploration_repeat_mu': (0.0, math.inf, 'open_low')},
           flags=('double_dqn',))
     if tf.nest.flatten(action_spec)[0].dtype.is_floating:
         raise UserError("DQN needs a discrete action space; use SAC for continuous actions.")
@@ -113,6 +130,12 @@ def make_agent(time_step_spec, action_spec, train_step, *,
         reward_scale_factor=reward_scale_factor,
         gradient_clipping=gradient_clipping,
         train_step_counter=train_step)
+    if exploration_repeat_mu is not None:
+        # Not tracked: its repeat state is no part of the agent's checkpoint or variables.
+        object.__setattr__(agent, '_extended_collect_policy',
+                           TemporallyExtendedEpsilonGreedyPolicy(
+                               agent.policy, epsilon, mu=exploration_repeat_mu,
+                               max_repeat=exploration_max_repeat))
     agent.initialize()
     # Agent-specific scalars the experiment writes to TensorBoard (name -> callable).
     agent.summary_scalars = {'train/epsilon': epsilon}

@@ -1,4 +1,8 @@
-"""Temporally correlated (colored) exploration noise for SAC's collect policy.
+"""Temporally correlated exploration: colored noise for SAC, epsilon-z-greedy for DQN.
+
+Both replace only how the collect policy explores; losses, greedy evaluation
+and the exported policy are unchanged. The rest of this docstring is about
+colored noise; `TemporallyExtendedEpsilonGreedyPolicy` documents its own.
 
 SAC explores by sampling its tanh-squashed Gaussian with fresh white noise
 every step, so consecutive actions are independent and their effects cancel
@@ -127,3 +131,78 @@ class ColoredNoisePolicy(tf_policy.TFPolicy):
 
     def _distribution(self, time_step, policy_state):
         raise NotImplementedError('ColoredNoisePolicy only samples actions.')
+
+
+class _RepeatState:
+    """Per env copy: the action being repeated and how many more steps it lasts.
+
+    A plain object (not tracked): like `_NoiseState`, kept out of the policy's
+    variables and the checkpoint; it starts empty and takes the size of the batches
+    it is given.
+    """
+
+    def __init__(self, dtype):
+        self.remaining = tf.Variable(tf.zeros([0], tf.int32), trainable=False,
+                                     shape=tf.TensorShape([None]), name='repeat_remaining')
+        self.action = tf.Variable(tf.zeros([0], dtype), trainable=False,
+                                  shape=tf.TensorShape([None]), name='repeat_action')
+
+
+class TemporallyExtendedEpsilonGreedyPolicy(tf_policy.TFPolicy):
+    """epsilon-z-greedy (Dabney, Ostrovski and Barreto, "Temporally-Extended epsilon-Greedy
+    Exploration", ICLR 2021): an exploratory action is repeated for n steps, n ~ zeta(mu).
+
+    Plain epsilon-greedy dithers: its random actions change every step and cancel out,
+    so where a reward needs a long consistent push (MountainCar's flag), exploration
+    rarely gets there. Here, when a copy is not already repeating an action, it explores
+    with probability epsilon by drawing a random action and a duration n in
+    {1, ..., max_repeat} with P(n) proportional to n^-mu, and repeats that action for n
+    steps (or until its episode ends); otherwise it acts greedily. mu = 2 is the paper's
+    default; a large mu is plain epsilon-greedy. Greedy evaluation is unaffected.
+    """
+
+    def __init__(self, greedy_policy, epsilon, *, mu, max_repeat):
+        super().__init__(greedy_policy.time_step_spec, greedy_policy.action_spec,
+                         policy_state_spec=greedy_policy.policy_state_spec,
+                         info_spec=greedy_policy.info_spec, clip=False,
+                         name='temporally_extended_epsilon_greedy')
+        spec = greedy_policy.action_spec
+        if spec.shape.rank != 0 or not spec.dtype.is_integer:
+            raise ValueError('epsilon-z-greedy needs a scalar discrete action spec.')
+        self._greedy = greedy_policy
+        self._epsilon = epsilon
+        self._low, self._high = int(spec.minimum), int(spec.maximum)
+        durations = np.arange(1, int(max_repeat) + 1, dtype=np.float64)
+        self._duration_logits = tf.constant((-float(mu) * np.log(durations))[None, :],
+                                            tf.float32)
+        self._state = _RepeatState(spec.dtype)
+
+    def _variables(self):
+        return self._greedy.variables()
+
+    def _action(self, time_step, policy_state, seed):
+        del seed
+        greedy_step = self._greedy.action(time_step, policy_state)
+        dtype = self.action_spec.dtype
+        batch = tf.shape(time_step.step_type)[0]
+        # The state as [batch] (zeros the first time, or padded if the batch grew): no
+        # tf.cond on the variables' shape, which grappler mis-optimised here.
+        remaining = tf.concat([self._state.remaining, tf.zeros([batch], tf.int32)], 0)[:batch]
+        held = tf.concat([self._state.action, tf.zeros([batch], dtype)], 0)[:batch]
+        remaining = tf.where(time_step.is_first(), 0, remaining)  # never across episodes
+        epsilon = self._epsilon() if callable(self._epsilon) else self._epsilon
+        explore = (remaining <= 0) & (tf.random.uniform([batch]) < tf.cast(epsilon, tf.float32))
+        random_action = tf.random.uniform([batch], self._low, self._high + 1, dtype=tf.int64)
+        random_action = tf.cast(random_action, dtype)
+        duration = tf.cast(tf.random.categorical(
+            tf.tile(self._duration_logits, [batch, 1]), 1)[:, 0], tf.int32) + 1
+        repeating = remaining > 0
+        greedy = tf.cast(greedy_step.action, dtype)
+        action = tf.where(repeating, held, tf.where(explore, random_action, greedy))
+        self._state.remaining.assign(
+            tf.where(repeating, remaining - 1, tf.where(explore, duration - 1, 0)))
+        self._state.action.assign(tf.where(explore, random_action, held))
+        return policy_step.PolicyStep(action, greedy_step.state, greedy_step.info)
+
+    def _distribution(self, time_step, policy_state):
+        raise NotImplementedError('TemporallyExtendedEpsilonGreedyPolicy only samples actions.')
