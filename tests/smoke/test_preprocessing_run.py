@@ -5,6 +5,7 @@ import glob
 import os
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
@@ -53,3 +54,13 @@ def test_statistics_resume_tensorboard_and_export(tmp_path):
     action = policy.action(ts.TimeStep(step_type=tf.constant([1]), reward=tf.constant([0.0]),
                                        discount=tf.constant([1.0]), observation=observation))
     assert action.action.numpy()[0] in (0, 1)
+
+
+@pytest.mark.parametrize('config', ['configs/dqn_mountaincar.gin',
+                                    'configs/dqn_cartpole_features.gin'])
+def test_preprocessing_configs_train_with_every_binding_used(config, tmp_path):
+    os.chdir(ROOT)
+    metrics = cli.train_main([f'--gin_file={config}', '--gin_file=configs/testing/tiny.gin',
+                              f'--root_dir={tmp_path}/run'])
+    assert metrics['env_steps'] == 400 and metrics['unused_bindings'] == []
+    assert any(name.startswith('preprocess/') for name in _statistics(f'{tmp_path}/run'))
