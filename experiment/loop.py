@@ -48,7 +48,7 @@ class Collection:
     start all collect through this, so there is one collection path.
     """
 
-    def __init__(self, *, tf_env, collect_policy, observers, env_steps):
+    def __init__(self, *, tf_env, collect_policy, observers, env_steps, chunk_observers=()):
         """Builds (but does not trace) the compiled collect functions.
 
         Args:
@@ -56,9 +56,12 @@ class Collection:
           collect_policy: the agent's collect policy.
           observers: callables fed each batched `Trajectory` (backend.add, metrics).
           env_steps: int64 variable counting env steps over all copies.
+          chunk_observers: callables run once after each chunk's steps (graph code), e.g.
+            folding the preprocessing statistics gathered step by step.
         """
         self._env = tf_env
         self._observers = list(observers)
+        self._chunk_observers = list(chunk_observers)
         self._env_steps = env_steps
         self.collect_policy = collect_policy
         random_policy = random_tf_policy.RandomTFPolicy(
@@ -81,6 +84,8 @@ class Collection:
             for observer in self._observers:
                 observer(transition)
             time_step = next_time_step
+        for chunk_observer in self._chunk_observers:
+            chunk_observer()
         self._env_steps.assign_add(tf.cast(steps * self._env.batch_size, tf.int64))
         return self._env_steps.read_value()
 
@@ -165,7 +170,7 @@ class FusedLoop:
     """One compiled call per iteration: a collect chunk, then a train chunk."""
 
     def __init__(self, *, agent, tf_env, backend, observers, env_steps, batch_size, num_steps,
-                 train_steps, use_xla, importance_beta=lambda: 1.0):
+                 train_steps, use_xla, importance_beta=lambda: 1.0, chunk_observers=()):
         """Builds (but does not trace) the compiled chunks.
 
         Args:
@@ -175,9 +180,11 @@ class FusedLoop:
           observers: extra callables fed each batched `Trajectory` (metrics).
           env_steps: int64 variable counting env steps over all copies.
           batch_size, num_steps, train_steps, use_xla, importance_beta: as for `Training`.
+          chunk_observers: as for `Collection`.
         """
         self.collection = Collection(tf_env=tf_env, collect_policy=agent.collect_policy,
-                                     observers=[backend.add, *observers], env_steps=env_steps)
+                                     observers=[backend.add, *observers], env_steps=env_steps,
+                                     chunk_observers=chunk_observers)
         self.training = Training(agent=agent, backend=backend, batch_size=batch_size,
                                  num_steps=num_steps, train_steps=train_steps, use_xla=use_xla,
                                  importance_beta=importance_beta)

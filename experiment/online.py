@@ -92,12 +92,13 @@ def _train(trainer, config, seed):
                                 + staged_agent.collection_observers(agent)),
                      env_steps=env_step, batch_size=config.batch_size, num_steps=num_steps,
                      train_steps=config.train_steps_per_iteration, use_xla=config.use_xla,
-                     importance_beta=importance_beta)
+                     importance_beta=importance_beta,
+                     chunk_observers=staged_agent.chunk_observers(agent))
     trainer.start(start_step, budget=config.num_env_steps, policy=agent.policy,
                   eval_env=eval_env, config=config, target_return=config.target_return)
     summaries = TrainSummaries(
         trainer.writer, agent=agent, backend=backend, train_metrics=train_metrics,
-        train_step=trainer.train_step, extra=lambda: staged_agent.summaries(agent),
+        train_step=trainer.train_step, extra=lambda: staged_agent.summaries(agent, 'scalar'),
         probe=BufferProbe(backend, batch_size=config.batch_size, num_steps=num_steps,
                           importance_beta=importance_beta))
     if start_step == 0 and config.initialize_from:
@@ -113,7 +114,13 @@ def _train(trainer, config, seed):
         steps = min(steps_per_chunk, -(-(config.num_env_steps - step) // num_envs))
         return loop.iterate(tf.constant(steps, tf.int32))
 
+    def write_statistics(step, diagnostics):
+        # Histograms cost milliseconds each to write: with checkpoints, not every summary.
+        del diagnostics
+        trainer.writer.kinds(staged_agent.summaries(agent, 'histogram'), step)
+
     hooks = [Hook(config.summary_interval, summaries.write),
+             Hook(config.checkpoint_interval or config.summary_interval, write_statistics),
              Hook(config.eval_interval, trainer.evaluate),
              Hook(config.policy_snapshot_interval, trainer.snapshot),
              Hook(config.video_interval, trainer.record_video),

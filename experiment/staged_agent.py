@@ -85,13 +85,22 @@ def collection_observers(agent):
     return [agent.preprocessor.observe] if isinstance(agent, StagedAgent) else []
 
 
+def chunk_observers(agent):
+    """What runs once after every collect chunk: the gathered statistics are folded in."""
+    return [agent.preprocessor.end_chunk] if isinstance(agent, StagedAgent) else []
+
+
 def end_warmup(agent):
     if isinstance(agent, StagedAgent):
         agent.preprocessor.freeze()
 
 
-def summaries(agent):
-    """{tag: (kind, tensor)} of the stage's statistics for TensorBoard ({} without a stage)."""
-    return agent.preprocessor.summaries() if isinstance(agent, StagedAgent) else {}
+def summaries(agent, kind=None):
+    """{tag: (kind, tensor)} of the stage's statistics for TensorBoard ({} without a stage);
+    only those of `kind` ('scalar' or 'histogram') if given."""
+    if not isinstance(agent, StagedAgent):
+        return {}
+    return {tag: value for tag, value in agent.preprocessor.summaries().items()
+            if kind is None or value[0] == kind}
 
 

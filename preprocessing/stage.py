@@ -11,9 +11,10 @@ through the reward transforms, with the statistics of that moment; replay
 itself only ever holds raw data.
 
 Statistics move only where data is collected (`observe`, an observer of the
-collect loop, the initial random collection included) or, for a learner that
-does not collect, from the batches it samples (`observe_sampled`). Evaluation
-never moves them.
+collect loop, the initial random collection included, folded in by `end_chunk`
+after each chunk, so acting uses the statistics of the chunk's start) or, for
+a learner that does not collect, from the batches it samples
+(`observe_sampled`). Evaluation never moves them.
 """
 
 import tensorflow as tf
@@ -49,12 +50,13 @@ class Preprocessor(tf.Module):
         self.observation_spec = specs[-1]
 
     def _flat(self, observation, spec):
-        """[*outer, *spec.shape] -> ([N, *spec.shape], outer shape)."""
-        rank = spec.shape.rank
+        """[*outer, *spec.shape] -> ([N, *spec.shape], outer shape, or None if already flat)."""
+        outer_rank = observation.shape.rank - spec.shape.rank
+        if outer_rank == 1:
+            return observation, None  # acting and collection: nothing to reshape
         shape = tf.shape(observation)
-        outer = shape[:tf.rank(observation) - rank]
-        return tf.reshape(observation, tf.concat([[-1], shape[tf.rank(observation) - rank:]],
-                                                 0)), outer
+        return (tf.reshape(observation, tf.concat([[-1], shape[outer_rank:]], 0)),
+                shape[:outer_rank])
 
     def observation(self, observation, training=False):
         """Raw observations [*outer, ...] -> the agent's; `training` adds augmentation."""
@@ -63,6 +65,8 @@ class Preprocessor(tf.Module):
             if transform.augments and not training:
                 continue
             flat = transform.observation(flat, training)
+        if outer is None:
+            return flat
         return tf.reshape(flat, tf.concat([outer, tf.shape(flat)[1:]], 0))
 
     def reward(self, reward):
@@ -78,6 +82,11 @@ class Preprocessor(tf.Module):
                 continue
             transform.observe(flat, trajectory)
             flat = transform.observation(flat, training=False)
+
+    def end_chunk(self):
+        """Called once after every collect chunk: the gathered statistics are folded in."""
+        for transform in self.transforms:
+            transform.end_chunk()
 
     def observe_sampled(self, experience, valid):
         """Statistics from sampled windows' first states, for learners that do not collect."""

@@ -3,7 +3,8 @@
 A transform acts on observations, on rewards, or both:
   - `build(spec, num_envs)` creates its statistics and returns the observation
     spec it outputs (the agent's networks are built for the last one);
-  - `observe(...)` updates its statistics from collected (raw) data;
+  - `observe(...)` gathers statistics from collected (raw) data every env step, and
+    `end_chunk()` folds them in once per collect chunk;
   - observations reach a transform as [N, *spec.shape] (the stage flattens
     batch and time dimensions), rewards as they are;
   - `observation(x, training)` / `reward(r)` apply it with the current
@@ -16,6 +17,7 @@ Bind them in order with `run.preprocessing = [@preprocess.ObservationNormalizati
 import gin
 import numpy as np
 import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
 
 from core.checks import check
 from core.errors import UserError
@@ -45,6 +47,9 @@ class Transform(tf.Module):
         """Updates statistics from sampled windows' first states (a learner that does not
         collect: offline, distributed); `valid` masks boundary windows."""
         del observation, experience, valid
+
+    def end_chunk(self):
+        """Folds what `observe` gathered during a collect chunk into the statistics."""
 
     def freeze(self):
         """Stops statistics from moving (evaluation never updates them either way)."""
@@ -96,23 +101,42 @@ class ObservationNormalization(Transform):
         if is_pixels(spec) and not self.include_pixels:
             return spec  # pixels pass through (see include_pixels)
         self.stats = RunningMeanStd(spec.shape, name='observation_stats')
+        # The transform as float32 shift and scale, recomputed whenever the statistics change
+        # (a few ops per step when acting instead of a float64 pipeline).
+        self.shift = tf.Variable(tf.zeros(spec.shape, tf.float32), trainable=False,
+                                 name='shift')
+        self.scale = tf.Variable(tf.ones(spec.shape, tf.float32), trainable=False,
+                                 name='scale')
+        self.refresh()
         return tf.TensorSpec(spec.shape, tf.float32, name=spec.name)
 
-    def _update(self, observation, mask=None):
-        if self.stats is None:
-            return
-        def update():
-            self.stats.update(observation, mask)
-            return tf.constant(True)
-        tf.cond(self.frozen, lambda: tf.constant(False), update)
+    def refresh(self):
+        """Recomputes shift and scale from the statistics (after they changed)."""
+        self.shift.assign(tf.cast(self.stats.mean, tf.float32))
+        self.scale.assign(tf.cast(tf.math.rsqrt(self.stats.var + self.epsilon), tf.float32))
 
     def observe(self, observation, trajectory):
         del trajectory
-        self._update(observation)
+        if self.stats is not None:
+            self.stats.accumulate(observation)
+
+    def end_chunk(self):
+        if self.stats is None:
+            return
+        def merge():
+            self.stats.merge_pending()
+            self.refresh()
+            return tf.constant(True)
+        def discard():
+            self.stats.discard_pending()
+            return tf.constant(False)
+        tf.cond(self.frozen, discard, merge)
 
     def observe_sampled(self, observation, experience, valid):
         del experience
-        self._update(observation, valid)
+        if self.stats is not None:
+            self.stats.accumulate(observation, valid)
+            self.end_chunk()
 
     def freeze(self):
         if self.freeze_after_warmup:
@@ -122,9 +146,8 @@ class ObservationNormalization(Transform):
         del training
         if self.stats is None:
             return observation
-        normalized = ((tf.cast(observation, tf.float64) - self.stats.mean)
-                      / tf.sqrt(self.stats.var + self.epsilon))
-        return tf.cast(tf.clip_by_value(normalized, -self.clip, self.clip), tf.float32)
+        normalized = (tf.cast(observation, tf.float32) - self.shift) * self.scale
+        return tf.clip_by_value(normalized, -self.clip, self.clip)
 
     def summaries(self):
         if self.stats is None:
@@ -168,13 +191,17 @@ class RewardScaling(Transform):
 
     def observe(self, observation, trajectory):
         del observation
-        reward = tf.cast(tf.reshape(trajectory.reward, [-1]), tf.float64)
-        # A LAST -> FIRST boundary step of an auto-resetting env is no transition.
-        real = tf.reshape(~trajectory.is_boundary(), [-1])
+        reward = tf.cast(trajectory.reward, tf.float64)
+        # A step that starts on LAST is the LAST -> FIRST boundary of an auto-resetting env:
+        # no transition (its reward is the reset's 0).
+        real = tf.not_equal(trajectory.step_type, ts.StepType.LAST)
         returns = tf.where(real, self.returns * self.gamma + reward, self.returns)
-        self.stats.update(returns, real)
-        self.returns.assign(tf.where(tf.reshape(trajectory.is_last(), [-1]),
+        self.stats.accumulate(returns, real)
+        self.returns.assign(tf.where(tf.equal(trajectory.next_step_type, ts.StepType.LAST),
                                      tf.zeros_like(returns), returns))
+
+    def end_chunk(self):
+        self.stats.merge_pending()
 
     @property
     def scale(self):
