@@ -9,6 +9,8 @@ import pytest
 import tensorflow as tf
 
 from experiment.distributed import common, tables
+from preprocessing.stage import Preprocessor
+from preprocessing.transforms import ObservationNormalization
 from tests.distributed.conftest import pushed_step, tiny_dqn_cluster, wait_until
 
 pytestmark = [pytest.mark.reverb, pytest.mark.timeout(600)]
@@ -24,11 +26,16 @@ def test_the_learner_publishes_statistics_that_collectors_use(tmp_path):
         wait_until(lambda: (pushed_step(cluster.address) or 0) >= 80,
                    'the learner to push weights after 80 gradient steps', cluster)
         values, _ = tables.WeightStore(cluster.address, timeout_s=5).pull()
-        # The policy's weights, then the stage's statistics: frozen, count, mean[4], var[4].
-        frozen, count, mean, var = values[-4:]
+        # The policy's weights, then the stage's variables (in the order of a stage built
+        # the same way here).
+        stage = Preprocessor([ObservationNormalization()], tf.TensorSpec([4], tf.float32), 1)
+        names = [v.name.split(':')[0] for v in stage.variables]
+        published = dict(zip(names, values[-len(names):]))
+        frozen, count, mean, var = (published[name] for name in ('frozen', 'count', 'mean', 'var'))
         assert not frozen and count >= 80 * 16  # every sampled window's first state
         assert mean.shape == var.shape == (4,)
         assert np.all(var > 0) and np.any(np.abs(var - 1.0) > 1e-3)  # CartPole's, not (0, 1)
+        np.testing.assert_allclose(published['scale'], 1 / np.sqrt(var + 1e-8), rtol=1e-5)
         # A collector that pulled them (all variables, statistics included) keeps inserting.
         inserted = common.replay_counters(tables.WeightStore(
             cluster.address, timeout_s=5).server_info())['inserted']
