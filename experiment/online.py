@@ -177,13 +177,24 @@ def _collect_initial(trainer, loop, config, env_step, num_envs):
 
 
 def _initialize_agent(agent, run_dir, trainer):
-    """Loads the agent's weights (and optimizer state) from another run's latest checkpoint."""
+    """Loads the agent's weights (and optimizer state, and the preprocessing statistics) from
+    another run's latest checkpoint."""
     path = tf.train.latest_checkpoint(os.path.join(run_dir, 'checkpoints'))
     if path is None:
         raise UserError(f"run.initialize_from={run_dir!r} holds no checkpoint: point it at a "
                         "finished run directory (one with checkpoints/).")
+    items = staged_agent.checkpoint_items(agent)
+    has_statistics = any(name.startswith('preprocess/')
+                         for name, _ in tf.train.list_variables(path))
+    if has_statistics != ('preprocess' in items):
+        that, this = ('with', 'has none') if has_statistics else ('without', 'has one')
+        raise UserError(
+            f"Cannot start from {path}: that run was trained {that} a preprocessing stage and "
+            f"this one {this}; its weights expect other inputs. Use the same run.preprocessing "
+            "as that run.")
     try:
-        tf.train.Checkpoint(agent=agent).restore(path).expect_partial() \
+        # The stage's statistics come along: the weights were trained on inputs they shaped.
+        tf.train.Checkpoint(**items).restore(path).expect_partial() \
             .assert_existing_objects_matched()
     except (AssertionError, ValueError, tf.errors.OpError) as error:
         reason = str(error).strip().splitlines()[0][:160]

@@ -68,6 +68,11 @@ def build_agent(make_agent, transforms, time_step_spec, action_spec, train_step,
         raise UserError("preprocess.RewardScaling tracks returns while collecting, which this "
                         "process does not do (offline or distributed learning): remove it and "
                         "scale rewards with the agent's reward_scale_factor instead.")
+    if not collects and any(getattr(t, 'freeze_after_warmup', False)
+                            for t in preprocessor.transforms):
+        raise UserError("preprocess.ObservationNormalization.freeze_after_warmup freezes the "
+                        "statistics of an initial random collection, which this process does "
+                        "not do (offline or distributed learning): remove it.")
     agent = make_agent(preprocessor.agent_time_step_spec(time_step_spec), action_spec,
                        train_step)
     return StagedAgent(agent, preprocessor, time_step_spec, learns_statistics=not collects)

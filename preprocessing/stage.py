@@ -20,7 +20,6 @@ a learner that does not collect, from the batches it samples
 import tensorflow as tf
 from tf_agents.policies import tf_policy
 
-
 from core.errors import UserError
 from preprocessing.transforms import Transform
 

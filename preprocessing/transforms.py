@@ -195,7 +195,10 @@ class RewardScaling(Transform):
         # A step that starts on LAST is the LAST -> FIRST boundary of an auto-resetting env:
         # no transition (its reward is the reset's 0).
         real = tf.not_equal(trajectory.step_type, ts.StepType.LAST)
-        returns = tf.where(real, self.returns * self.gamma + reward, self.returns)
+        # An episode's first step starts a new return (also the first episodes after a resume).
+        previous = tf.where(tf.equal(trajectory.step_type, ts.StepType.FIRST),
+                            tf.zeros_like(self.returns), self.returns)
+        returns = tf.where(real, previous * self.gamma + reward, self.returns)
         self.stats.accumulate(returns, real)
         self.returns.assign(tf.where(tf.equal(trajectory.next_step_type, ts.StepType.LAST),
                                      tf.zeros_like(returns), returns))

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
+from core.errors import UserError
 from experiment import cli
 from tests.smoke.test_train import ROOT, TINY, read_scalars
 
@@ -64,3 +65,19 @@ def test_preprocessing_configs_train_with_every_binding_used(config, tmp_path):
                               f'--root_dir={tmp_path}/run'])
     assert metrics['env_steps'] == 400 and metrics['unused_bindings'] == []
     assert any(name.startswith('preprocess/') for name in _statistics(f'{tmp_path}/run'))
+
+
+def test_initialize_from_brings_the_statistics_and_refuses_a_mismatched_stage(tmp_path):
+    os.chdir(ROOT)
+    source = str(tmp_path / 'source')
+    cli.train_main(TINY + STAGE + [f'--root_dir={source}', '--gin_bindings=run.num_env_steps=200'])
+    count = 'preprocess/transforms/0/stats/count/.ATTRIBUTES/VARIABLE_VALUE'
+    started = str(tmp_path / 'started')
+    metrics = cli.train_main(TINY + STAGE + [
+        f'--root_dir={started}', '--gin_bindings=run.num_env_steps=200',
+        f'--gin_bindings=run.initialize_from="{source}"'])
+    assert metrics['env_steps'] == 200
+    assert _statistics(started)[count] == 400  # the source's 200, then its own 200
+    with pytest.raises(UserError, match='trained with a preprocessing stage'):
+        cli.train_main(TINY + [f'--root_dir={tmp_path}/bare',
+                               f'--gin_bindings=run.initialize_from="{source}"'])

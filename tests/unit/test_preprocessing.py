@@ -22,8 +22,13 @@ from preprocessing.augment import random_shift
 from preprocessing.features import squared_features
 from preprocessing.running_stats import RunningMeanStd
 from preprocessing.stage import Preprocessor
-from preprocessing.transforms import (FeatureFunction, GaussianNoise, ObservationNormalization,
-                                      RandomShift, RewardScaling)
+from preprocessing.transforms import (
+    FeatureFunction,
+    GaussianNoise,
+    ObservationNormalization,
+    RandomShift,
+    RewardScaling,
+)
 
 MID, FIRST, LAST = ts.StepType.MID, ts.StepType.FIRST, ts.StepType.LAST
 
@@ -64,7 +69,7 @@ def test_running_statistics_equal_numpy_over_merged_batches_of_any_size():
     np.testing.assert_allclose(stats.mean.numpy(), everything.mean(axis=0), rtol=1e-12)
 
 
-def test_statistics_gathered_over_a_chunk_stay_exact_for_large_means():
+def test_statistics_gathered_step_by_step_and_folded_in_per_chunk_equal_numpy():
     rng = np.random.default_rng(1)
     stats = RunningMeanStd([1])
     seen = []
@@ -107,6 +112,18 @@ def test_reward_scale_is_the_std_of_per_copy_discounted_returns():
     tight = RewardScaling(clip=0.5)
     tight.build(tf.TensorSpec([1]), num_envs=1)
     assert tight.reward(tf.constant([3.0, -3.0])).numpy().tolist() == [0.5, -0.5]
+
+
+def test_a_new_episode_starts_a_new_return_even_after_a_resume():
+    scaling = RewardScaling(gamma=0.9, clip=100.0)
+    scaling.build(tf.TensorSpec([1]), num_envs=1)
+    scaling.returns.assign([50.0])  # a partial return restored from a checkpoint
+    for step_type, reward in [(FIRST, 1.0), (MID, 2.0), (MID, 3.0)]:
+        scaling.observe(None, _trajectory(np.zeros((1, 1), np.float32), [reward], [step_type],
+                                          [MID]))
+    scaling.end_chunk()
+    expected = np.std([1.0, 0.9 * 1.0 + 2.0, 0.9 * (0.9 + 2.0) + 3.0])
+    np.testing.assert_allclose(float(scaling.scale), np.sqrt(expected**2 + 1e-8), rtol=1e-9)
 
 
 def _stage(num_envs=2):
@@ -315,7 +332,12 @@ def test_learners_that_do_not_collect_learn_statistics_from_sampled_windows():
     valid = tf.constant([True] * 6 + [False] * 2)
     stage.observe_sampled(windows, valid)
     first = windows.observation.numpy()[:6, 0]
-    np.testing.assert_allclose(stage.transforms[0].stats.mean.numpy(), first.mean(0), rtol=1e-6)
+    stats = stage.transforms[0].stats
+    assert stats.count.numpy() == 6  # the two masked (boundary) windows are left out
+    np.testing.assert_allclose(stats.mean.numpy(), first.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(stats.var.numpy(), first.var(0), rtol=1e-5)
+    np.testing.assert_allclose(stage.transforms[0].scale.numpy(),
+                               1 / np.sqrt(first.var(0) + 1e-8), rtol=1e-5)
 
 
 @pytest.mark.parametrize('transforms, spec, message', [
@@ -331,10 +353,13 @@ def test_misconfigured_transforms_are_one_line_errors(transforms, spec, message)
 
 
 def test_reward_scaling_needs_collection_and_feature_function_needs_a_function():
+    spec = ts.time_step_spec(tf.TensorSpec([4], tf.float32))
     with pytest.raises(UserError, match='reward_scale_factor'):
-        staged_agent.build_agent(None, [RewardScaling()],
-                                 ts.time_step_spec(tf.TensorSpec([4], tf.float32)),
-                                 None, None, num_envs=1, collects=False)
+        staged_agent.build_agent(None, [RewardScaling()], spec, None, None, num_envs=1,
+                                 collects=False)
+    with pytest.raises(UserError, match='freeze_after_warmup'):
+        staged_agent.build_agent(None, [ObservationNormalization(freeze_after_warmup=True)],
+                                 spec, None, None, num_envs=1, collects=False)
     with pytest.raises(UserError, match='FeatureFunction.fn'):
         FeatureFunction()
     with pytest.raises(UserError, match='clip'):
