@@ -50,10 +50,33 @@ class DdqnAgent(_EpisodeAwareNStepMixin, dqn_agent.DdqnAgent):
     """TF-Agents' DdqnAgent with truncation-safe n-step targets."""
 
 
+def _conv_layers(conv_layer_params):
+    """((filters, kernel, stride), ...) as TF-Agents takes it, or None; one-line errors."""
+    if not conv_layer_params:
+        return None
+    layers = []
+    for layer in conv_layer_params:
+        if (not isinstance(layer, (list, tuple)) or len(layer) != 3
+                or not all(isinstance(v, int) and v > 0 for v in layer)):
+            raise UserError(f"dqn.make_agent.conv_layer_params holds {layer!r}: each layer is "
+                            "(filters, kernel, stride) of positive integers, e.g. (32, 8, 4).")
+        layers.append(tuple(layer))
+    return tuple(layers)
+
+
+def _bytes_to_unit(observation_spec):
+    """uint8 frames -> float32 in [0, 1] as the network's first layer (None otherwise)."""
+    if tf.nest.is_nested(observation_spec) or observation_spec.dtype != tf.uint8:
+        return None
+    return tf.keras.layers.Rescaling(1.0 / 255.0)
+
+
 @gin.configurable(module='dqn')
 def make_agent(time_step_spec, action_spec, train_step, *,
                fc_layer_params=(100,),
+               conv_layer_params=None,
                optimizer='adam',
+               adam_epsilon=None,
                learning_rate=1e-3,
                epsilon_start=1.0,
                epsilon_end=0.05,
@@ -75,7 +98,14 @@ def make_agent(time_step_spec, action_spec, train_step, *,
       action_spec: a scalar integer `BoundedTensorSpec`.
       train_step: int64 variable counting gradient steps.
       fc_layer_params: hidden layer sizes of the Q-network.
+      conv_layer_params: convolutions before the dense layers, as
+        (filters, kernel, stride) triples; the Nature CNN is
+        ((32, 8, 4), (64, 4, 2), (64, 3, 1)) with fc_layer_params=(512,). uint8
+        observations (frames) are scaled to [0, 1] inside the network, so replay
+        and the exported policy keep bytes.
       optimizer: 'adam', 'rmsprop' or 'sgd'.
+      adam_epsilon: Adam's epsilon (None: Keras' 1e-7); Dopamine's DQN uses 1.5e-4
+        (0.01 / batch size 32) with Adam.
       learning_rate: optimizer learning rate.
       epsilon_start: collect-policy epsilon at train step 0.
       epsilon_end: epsilon after `epsilon_decay_steps` gradient steps.
@@ -113,14 +143,16 @@ def make_agent(time_step_spec, action_spec, train_step, *,
     if tf.nest.flatten(action_spec)[0].dtype.is_floating:
         raise UserError("DQN needs a discrete action space; use SAC for continuous actions.")
     network = q_network.QNetwork(
-        time_step_spec.observation, action_spec, fc_layer_params=tuple(fc_layer_params))
+        time_step_spec.observation, action_spec, fc_layer_params=tuple(fc_layer_params),
+        conv_layer_params=_conv_layers(conv_layer_params),
+        preprocessing_layers=_bytes_to_unit(time_step_spec.observation))
     agent_cls = DdqnAgent if double_dqn else DqnAgent
     epsilon = linear_schedule(train_step, epsilon_start, epsilon_end, epsilon_decay_steps)
     agent = agent_cls(
         time_step_spec,
         action_spec,
         q_network=network,
-        optimizer=make_optimizer(optimizer, learning_rate),
+        optimizer=make_optimizer(optimizer, learning_rate, epsilon=adam_epsilon),
         epsilon_greedy=epsilon,
         n_step_update=n_step_update,
         target_update_period=target_update_period,

@@ -11,7 +11,7 @@ _OPTIMIZERS = {
 }
 
 
-def make_optimizer(name, learning_rate):
+def make_optimizer(name, learning_rate, epsilon=None):
     """Builds an optimizer by name.
 
     The legacy Keras optimizers are used on purpose: they create their slot
@@ -26,4 +26,9 @@ def make_optimizer(name, learning_rate):
             f"{', '.join(sorted(_OPTIMIZERS))}.") from None
     if learning_rate <= 0:
         raise UserError(f"learning_rate must be positive, got {learning_rate}.")
-    return optimizer_cls(learning_rate=learning_rate)
+    if epsilon is None:
+        return optimizer_cls(learning_rate=learning_rate)
+    if name.lower() not in ('adam', 'rmsprop') or not epsilon > 0:
+        raise UserError(f"An optimizer epsilon ({epsilon!r}) needs optimizer 'adam' or "
+                        "'rmsprop' and a value > 0.")
+    return optimizer_cls(learning_rate=learning_rate, epsilon=epsilon)

@@ -68,16 +68,16 @@ class BatchedGymnasiumEnvironment(py_environment.PyEnvironment):
             if self._step_type[index] == _LAST:
                 self._restart(index)  # auto-reset: this copy's action is ignored
                 continue
-            observation, reward, terminated, truncated = env.step_gym(
+            observation, reward, terminated, truncated, discount = env.step_gym(
                 action[index] if self._flat_action
                 else tf.nest.map_structure(lambda a, i=index: a[i], action))
             self._reward[index] = reward
             if terminated:
                 self._step_type[index], self._discount[index] = _LAST, 0.0
             elif truncated:
-                self._step_type[index], self._discount[index] = _LAST, env.discount
+                self._step_type[index], self._discount[index] = _LAST, discount
             else:
-                self._step_type[index], self._discount[index] = _MID, env.discount
+                self._step_type[index], self._discount[index] = _MID, discount
             self._set_observation(index, observation)
         return self._time_step()
 

@@ -16,6 +16,10 @@ from core.errors import UserError
 
 _FLOAT32_INFO = np.finfo(np.float32)
 
+# An `info` key: True on a step that ends value targets (discount 0) without ending the
+# episode, e.g. a lost life in Atari's terminal-on-life-loss protocol (envs/atari.py).
+MID_EPISODE_TERMINAL = 'mid_episode_terminal'
+
 
 def space_to_spec(space, name, float32=True):
     """Converts a Gymnasium space into the equivalent TF-Agents array spec.
@@ -216,10 +220,17 @@ class GymnasiumEnvironment(py_environment.PyEnvironment):
         return observation
 
     def step_gym(self, action):
-        """Steps the Gymnasium env with a TF-Agents action; returns (obs, reward, term, trunc)."""
-        observation, reward, terminated, truncated, _ = self._gym_env.step(
+        """Steps the Gymnasium env with a TF-Agents action.
+
+        Returns:
+          (observation, reward, terminated, truncated, discount), where discount is that of
+          a non-terminal step: the env's, or 0 where the env marks the step
+          `MID_EPISODE_TERMINAL`.
+        """
+        observation, reward, terminated, truncated, info = self._gym_env.step(
             _to_gym_action(self._gym_env.action_space, action))
-        return observation, reward, terminated, truncated
+        discount = np.float32(0.0) if info.get(MID_EPISODE_TERMINAL) else self._discount
+        return observation, reward, terminated, truncated, discount
 
     @property
     def discount(self):
@@ -230,7 +241,7 @@ class GymnasiumEnvironment(py_environment.PyEnvironment):
         return ts.restart(_match_spec(self._observation_spec, self.reset_gym()))
 
     def _step(self, action):
-        observation, reward, terminated, truncated = self.step_gym(action)
+        observation, reward, terminated, truncated, discount = self.step_gym(action)
         observation = _match_spec(self._observation_spec, observation)
         reward = np.asarray(reward, dtype=np.float32)
         if terminated:
@@ -242,8 +253,8 @@ class GymnasiumEnvironment(py_environment.PyEnvironment):
             # has value, so keep the normal discount and let targets
             # bootstrap from it. Treating it as terminal would teach the
             # agent that states near the limit are worthless.
-            return ts.truncation(observation, reward, self._discount)
-        return ts.transition(observation, reward, self._discount)
+            return ts.truncation(observation, reward, discount)
+        return ts.transition(observation, reward, discount)
 
     def render(self, mode='rgb_array'):
         """Delegates to the Gymnasium env.

@@ -16,6 +16,7 @@ from tf_agents.system import system_multiprocessing
 
 from core.checks import check
 from core.errors import UserError
+from envs import atari
 from envs.batched import BatchedGymnasiumEnvironment
 from envs.gymnasium_env import GymnasiumEnvironment
 
@@ -119,6 +120,11 @@ def _make_gym_env(env_id, max_episode_steps, env_kwargs):
     as a single line, so the message is rebuilt here.
     """
     try:
+        if atari.is_atari(env_id):
+            if max_episode_steps is not None:
+                raise UserError("make_env.max_episode_steps does not apply to Atari games: "
+                                "bind atari_env.max_episode_frames (emulator frames) instead.")
+            return atari.atari_env(env_id, env_kwargs=env_kwargs)
         return gymnasium.make(
             env_id, max_episode_steps=max_episode_steps,
             **(env_kwargs or {}))

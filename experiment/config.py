@@ -59,6 +59,10 @@ class _TrainingConfig:
       preprocessing: the preprocessing stage's transforms, in order, e.g.
         `[@preprocess.ObservationNormalization(), @preprocess.RewardScaling()]`
         (preprocessing/transforms.py); empty: the agent sees raw data.
+      frame_stack: k > 1 makes the agent see the last k frames [H, W, k] of an
+        environment of uint8 frames [H, W] (Atari): replay stores each frame once
+        and stacks sampled windows (buffers/frames.py), acting keeps a ring per
+        env copy (agents/frame_stack.py). 1: observations as the env yields them.
     """
 
     make_agent: Callable = gin.REQUIRED
@@ -79,6 +83,7 @@ class _TrainingConfig:
     video_interval: int = 0
     final_video: bool = True
     preprocessing: Sequence[Any] = ()
+    frame_stack: int = 1
 
     def _check_common(self, scope, **more):
         _required(scope, 'make_agent', self.make_agent)
@@ -87,7 +92,7 @@ class _TrainingConfig:
                             f"{self.on_nonfinite!r}: fix the binding.")
         checks = {
             'positive': ('train_steps_per_iteration', 'batch_size', 'num_eval_episodes',
-                         'tf_threads'),
+                         'tf_threads', 'frame_stack'),
             'non_negative': ('eval_interval', 'checkpoint_interval', 'summary_interval',
                              'best_policy_episodes', 'final_eval_episodes', 'video_interval'),
             'flags': ('use_xla', 'export_final_policy', 'verbose', 'final_video'),

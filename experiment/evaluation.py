@@ -14,6 +14,7 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.specs import tensor_spec
 
+from agents import frame_stack
 from experiment import eval_report
 
 
@@ -43,13 +44,20 @@ def play_episodes(env, act, *, seed=None):
     return returns, lengths
 
 
-def greedy_actor(policy):
-    """A compiled numpy-in numpy-out `act` for an in-process TF-Agents policy."""
+def greedy_actor(policy, env_observation_spec=None):
+    """A compiled numpy-in numpy-out `act` for an in-process TF-Agents policy.
+
+    A policy of frame stacks [H, W, k] played on an env of frames [H, W]
+    (`env_observation_spec`) gets the stacks built per env copy.
+    """
     batched_spec = tensor_spec.add_outer_dims_nest(policy.time_step_spec, (None,))
     action = tf.function(lambda time_step: policy.action(time_step).action,
                          input_signature=[batched_spec])
-    return lambda time_step: action(
+    act = lambda time_step: action(  # noqa: E731
         tf.nest.map_structure(tf.convert_to_tensor, time_step)).numpy()
+    num_frames = env_observation_spec is not None and frame_stack.frames_to_stack(
+        policy.time_step_spec.observation.shape, env_observation_spec.shape)
+    return frame_stack.stacking_actor(act, num_frames) if num_frames else act
 
 
 class Evaluator:
@@ -57,7 +65,7 @@ class Evaluator:
 
     def __init__(self, py_env, policy):
         self._env = py_env
-        self.act = greedy_actor(policy)
+        self.act = greedy_actor(policy, py_env.observation_spec())
 
     def __call__(self):
         """Returns (average return, average episode length) over the copies."""

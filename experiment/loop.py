@@ -15,6 +15,7 @@ from tf_agents.policies import random_tf_policy
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory as trajectory_lib
 
+from agents import frame_stack
 from buffers.base import importance_weights
 
 # The diagnostics key of the chunk's "every value finite" flag (not a summary).
@@ -63,6 +64,12 @@ class Collection:
         self._observers = list(observers)
         self._chunk_observers = list(chunk_observers)
         self._env_steps = env_steps
+        num_frames = frame_stack.frames_to_stack(collect_policy.time_step_spec.observation.shape,
+                                                 tf_env.observation_spec().shape)
+        if num_frames:
+            # The env yields single frames, the policy reads stacks: stack them per copy.
+            collect_policy = frame_stack.FrameStackingPolicy(collect_policy,
+                                                             tf_env.time_step_spec())
         self.collect_policy = collect_policy
         random_policy = random_tf_policy.RandomTFPolicy(
             tf_env.time_step_spec(), tf_env.action_spec(), info_spec=collect_policy.info_spec)

@@ -57,7 +57,7 @@ def _train(trainer, config, seed):
     tf_env = tf_py_environment.TFPyEnvironment(env)
     agent = staged_agent.build_agent(
         config.make_agent, config.preprocessing, tf_env.time_step_spec(), tf_env.action_spec(),
-        trainer.train_step, num_envs=num_envs, collects=True)
+        trainer.train_step, num_envs=num_envs, collects=True, frame_stack=config.frame_stack)
     num_steps = agent.train_sequence_length or 2
     backend = _build_replay(config, trainer, agent, tf_env, num_envs=num_envs,
                             num_steps=num_steps)
@@ -155,9 +155,12 @@ def _build_replay(config, trainer, agent, tf_env, *, num_envs, num_steps):
     backend = build_backend(config.replay_backend, agent.collect_data_spec,
                             capacity=config.replay_capacity, num_envs=num_envs,
                             batch_size=config.batch_size, num_steps=num_steps, seed=trainer.seed,
-                            **options)
+                            frame_stack=config.frame_stack, **options)
     if not config.logged_dataset:
         return backend
+    if config.frame_stack > 1:
+        raise UserError("run.logged_dataset with run.frame_stack > 1 is not supported: datasets "
+                        "hold observations as the agent sees them, not single frames.")
     dataset = Dataset(config.logged_dataset)
     dataset.check_specs(tf_env.time_step_spec(), tf_env.action_spec())
     logged = load_dataset_into_backend(

@@ -15,6 +15,8 @@ rewards of one batch share one scale, so an n-step sum of scaled rewards is
 the scaled n-step sum.
 """
 
+import tensorflow as tf
+from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from core.errors import UserError
@@ -48,7 +50,7 @@ class StagedAgent:
 
 
 def build_agent(make_agent, transforms, time_step_spec, action_spec, train_step, *, num_envs,
-                collects):
+                collects, frame_stack=1):
     """The agent for `make_agent`, behind the stage `transforms` describe (if any).
 
     Args:
@@ -60,7 +62,11 @@ def build_agent(make_agent, transforms, time_step_spec, action_spec, train_step,
       collects: True where this process's collection updates the statistics
         (single-process online); False for learners that do not collect (offline,
         distributed), which update observation statistics from sampled batches.
+      frame_stack: k > 1 builds the agent for stacks [H, W, k] of the env's frames
+        (run.frame_stack); acting and replay stack them (agents/frame_stack.py,
+        buffers/frames.py).
     """
+    time_step_spec = stacked_time_step_spec(time_step_spec, frame_stack)
     preprocessor = stage.build(transforms, time_step_spec, num_envs)
     if preprocessor is None:
         return make_agent(time_step_spec, action_spec, train_step)
@@ -76,6 +82,20 @@ def build_agent(make_agent, transforms, time_step_spec, action_spec, train_step,
     agent = make_agent(preprocessor.agent_time_step_spec(time_step_spec), action_spec,
                        train_step)
     return StagedAgent(agent, preprocessor, time_step_spec, learns_statistics=not collects)
+
+
+def stacked_time_step_spec(time_step_spec, frame_stack):
+    """The time step spec of an agent that sees stacks of `frame_stack` env frames."""
+    if frame_stack == 1:
+        return time_step_spec
+    frame = time_step_spec.observation
+    if tf.nest.is_nested(frame) or frame.dtype != tf.uint8 or frame.shape.rank != 2:
+        raise UserError(f"run.frame_stack={frame_stack} stacks uint8 frames [H, W], but this "
+                        f"environment's observations are {frame}: use an image environment "
+                        "(e.g. ALE/Pong-v5) or run.frame_stack=1.")
+    stack = tensor_spec.BoundedTensorSpec([*frame.shape, frame_stack], tf.uint8, 0, 255,
+                                          name=frame.name)
+    return time_step_spec._replace(observation=stack)
 
 
 def checkpoint_items(agent):

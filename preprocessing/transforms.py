@@ -220,6 +220,25 @@ class RewardScaling(Transform):
 
 
 @gin.configurable(module='preprocess')
+class RewardClipping(Transform):
+    """Clips the rewards the agent trains on to [low, high] (DQN on Atari: the sign, +-1).
+
+    Replay, TensorBoard, evaluation and every report keep the game's own rewards:
+    only the targets see clipped ones.
+    """
+
+    def __init__(self, low=-1.0, high=1.0):
+        super().__init__(name='reward_clipping')
+        if not (isinstance(low, (int, float)) and isinstance(high, (int, float)) and low < high):
+            raise UserError(f"preprocess.RewardClipping needs numbers low < high, got low={low!r}"
+                            f", high={high!r}.")
+        self.low, self.high = float(low), float(high)
+
+    def reward(self, reward):
+        return tf.clip_by_value(reward, self.low, self.high)
+
+
+@gin.configurable(module='preprocess')
 class GaussianNoise(Transform):
     """Adds N(0, std^2) to every feature of sampled (vector) observations; never when acting."""
 

@@ -1,0 +1,194 @@
+"""Pixel replay: each frame stored once (optionally compressed), stacks built when sampled.
+
+An Atari environment yields one [84, 84] frame per step, while the Q-network
+reads the last k frames as [84, 84, k]. Storing stacks (TF-Agents' examples,
+SB3) keeps every frame k times, plus a next observation: 28-56 KB per
+transition, 28 GB for a 1M buffer. `FrameStackedReplay` wraps any backend
+(uniform, prioritized, episodic, Reverb) so that it stores one frame per step
+(7 KB raw, ~0.2-0.8 KB compressed) and samples windows k - 1 steps longer than
+the agent's; `stack_windows` turns each window's frames into the stacks of its
+last T steps. The inner backend never knows it holds pixels, so priorities,
+checkpoints and Reverb's chunk sharing (overlapping items share frames) work
+unchanged.
+
+Episode starts: frames before an episode's first step are that first frame
+repeated (what the acting side does too, `agents/frame_stack.py`), so a stack
+never shows a frame of another episode, also across the LAST -> FIRST
+boundary rows of auto-resetting env copies.
+
+Codecs (`FrameStackedReplay.codec`): 'zlib' (lossless, level 1; default),
+'jpeg' (lossy, `jpeg_quality`), 'none' (raw uint8). zlib won the measurement on
+real frames (docs/atari.md): smaller than PNG and ~9x faster to encode, and it
+decodes in-graph (`tf.io.decode_compressed`) for exactly the sampled frames.
+"""
+
+import zlib
+
+import gin
+import numpy as np
+import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
+
+from core.errors import UserError
+
+CODECS = ('zlib', 'jpeg', 'none')
+
+
+def stack_windows(frames, step_type, num_frames):
+    """[B, W, H, Wd] frames of W consecutive steps -> [B, W - k + 1, H, Wd, k] stacks.
+
+    Stack t holds the frames of steps t .. t + k - 1 of the window (oldest first),
+    except that steps before the newest episode start (a FIRST step) at or before
+    step t + k - 1 are replaced by that first step's frame.
+    """
+    window = tf.shape(frames)[1]
+    steps = tf.range(window)
+    is_first = tf.equal(step_type, ts.StepType.FIRST)
+    starts = tf.where(is_first, steps[None, :], 0)  # [B, W]; 0 where no episode starts
+    # The newest episode start at or before each step j: max over i <= j of starts[i].
+    at_or_before = steps[None, None, :] <= steps[None, :, None]  # [1, j, i]
+    newest_start = tf.reduce_max(tf.where(at_or_before, starts[:, None, :], 0), axis=2)
+    last = steps[num_frames - 1:]  # the newest step of each stack
+    offsets = tf.range(num_frames) - (num_frames - 1)  # oldest first
+    sources = last[:, None] + offsets[None, :]  # [T, k]
+    sources = tf.maximum(sources[None], tf.gather(newest_start, last, axis=1)[:, :, None])
+    stacks = tf.gather(frames, sources, axis=1, batch_dims=1)  # [B, T, k, H, Wd]
+    return tf.transpose(stacks, [0, 1, 3, 4, 2])
+
+
+class Codec:
+    """Encodes batches of uint8 frames into strings and decodes sampled ones, in graph."""
+
+    def __init__(self, name, frame_shape, jpeg_quality=95):
+        if name not in CODECS:
+            raise UserError(f"FrameStackedReplay.codec={name!r} is not a codec: choose one of "
+                            f"{', '.join(CODECS)}.")
+        if not 1 <= int(jpeg_quality) <= 100:
+            raise UserError(f"FrameStackedReplay.jpeg_quality={jpeg_quality!r} must lie in "
+                            "1..100.")
+        self.name = name
+        self.frame_shape = tuple(frame_shape)
+        self.jpeg_quality = int(jpeg_quality)
+
+    @property
+    def compresses(self):
+        return self.name != 'none'
+
+    def stored_spec(self, frame_spec):
+        if not self.compresses:
+            return frame_spec
+        return tf.TensorSpec([], tf.string, name=frame_spec.name)
+
+    def encode(self, frames):
+        """[N, H, W] uint8 -> [N] strings (unchanged for 'none')."""
+        if self.name == 'none':
+            return frames
+        if self.name == 'jpeg':
+            return tf.map_fn(
+                lambda frame: tf.io.encode_jpeg(frame[..., None], quality=self.jpeg_quality),
+                frames, fn_output_signature=tf.string)
+        encoded = tf.numpy_function(_zlib_encode, [frames], tf.string, stateful=False)
+        return tf.ensure_shape(encoded, frames.shape[:1])
+
+    def decode(self, encoded):
+        """[M] strings -> [M, H, W] uint8 (unchanged for 'none')."""
+        if self.name == 'none':
+            return encoded
+        if self.name == 'jpeg':
+            frames = tf.map_fn(lambda data: tf.io.decode_jpeg(data, channels=1), encoded,
+                               fn_output_signature=tf.uint8)
+            return tf.reshape(frames, [-1, *self.frame_shape])
+        raw = tf.io.decode_raw(tf.io.decode_compressed(encoded, 'ZLIB'), tf.uint8)
+        return tf.reshape(raw, [-1, *self.frame_shape])
+
+
+def _zlib_encode(frames):
+    return np.array([zlib.compress(frame.tobytes(), 1) for frame in frames], dtype=object)
+
+
+@gin.configurable
+class FrameStackedReplay(tf.Module):
+    """Any replay backend, storing single frames and sampling stacks of `num_frames`."""
+
+    supports_xla = False  # decoding and the stacking gathers run on TF's own kernels
+
+    def __init__(self, backend_class, data_spec, *, num_frames, capacity, num_envs=1,
+                 batch_size=1, num_steps=2, seed=0, codec='zlib', jpeg_quality=95,
+                 name='frame_stacked_replay', **options):
+        """Builds `backend_class` for single frames and windows `num_frames - 1` longer.
+
+        Args:
+          backend_class: the backend that stores the steps (run.replay_backend).
+          data_spec: the agent's data spec; its observation is the stack [H, W, k].
+          num_frames: k, the frames per stack (run.frame_stack).
+          capacity, num_envs, batch_size, num_steps, seed, options: as for the backend;
+            num_steps is the agent's window, before the k - 1 context steps.
+          codec: 'zlib', 'jpeg' or 'none' (see the module docstring).
+          jpeg_quality: JPEG quality 1..100 for codec='jpeg' (lossy).
+          name: module name.
+        """
+        super().__init__(name=name)
+        stack_spec = data_spec.observation
+        if (tf.nest.is_nested(stack_spec) or stack_spec.dtype != tf.uint8
+                or stack_spec.shape.rank != 3 or stack_spec.shape[-1] != num_frames):
+            raise UserError(f"run.frame_stack={num_frames} needs uint8 frames [H, W] from the "
+                            f"environment; its observations are {stack_spec}: use an image "
+                            "environment (e.g. ALE/Pong-v5) or run.frame_stack=1.")
+        frame_spec = tf.TensorSpec(stack_spec.shape[:-1], tf.uint8, name=stack_spec.name)
+        self.codec = Codec(codec, frame_spec.shape, jpeg_quality)
+        self.num_frames = num_frames
+        self._data_spec = data_spec
+        self.stored_spec = data_spec._replace(observation=self.codec.stored_spec(frame_spec))
+        self.inner = backend_class(
+            self.stored_spec, capacity=capacity, num_envs=num_envs, batch_size=batch_size,
+            num_steps=num_steps + num_frames - 1, seed=seed, **options)
+
+    @property
+    def data_spec(self):
+        return self._data_spec
+
+    @property
+    def capacity(self):
+        return self.inner.capacity
+
+    def add(self, trajectory):
+        """Stores the newest frame of each env copy (what the environment yielded)."""
+        self.inner.add(trajectory._replace(observation=self.codec.encode(trajectory.observation)))
+
+    def stacked(self, window):
+        """A sampled window of stored frames -> the agent's window of stacks."""
+        encoded = window.observation
+        outer = tf.shape(window.step_type)
+        frames = self.codec.decode(tf.reshape(encoded, [-1, *encoded.shape[2:]]))
+        frames = tf.reshape(frames, tf.concat([outer, self.codec.frame_shape], 0))
+        stacks = stack_windows(frames, window.step_type, self.num_frames)
+        context = self.num_frames - 1
+        rest = tf.nest.map_structure(lambda value: value[:, context:],
+                                     window._replace(observation=()))
+        return rest._replace(observation=stacks)
+
+    def sample(self, batch_size, num_steps):
+        window, info = self.inner.sample(batch_size, num_steps + self.num_frames - 1)
+        return self.stacked(window), info
+
+    def as_dataset(self, batch_size, num_steps):
+        return self.inner.as_dataset(batch_size, num_steps + self.num_frames - 1).map(
+            lambda window, info: (self.stacked(window), info))
+
+    def update_priorities(self, keys, priorities):
+        self.inner.update_priorities(keys, priorities)
+
+    def metrics(self):
+        return self.inner.metrics()
+
+    def histograms(self):
+        return self.inner.histograms()
+
+    def ages(self, keys):
+        return self.inner.ages(keys)
+
+    def checkpoint_items(self):
+        return self.inner.checkpoint_items()
+
+    def close(self):
+        self.inner.close()
