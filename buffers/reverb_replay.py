@@ -101,7 +101,8 @@ class _Layout:
     observation) in a column of its own -- slicing it out of a byte column
     after sampling would copy it once more -- and writes every smaller leaf
     and the id as raw bytes into one uint8 column, bit-cast back after
-    sampling. A CartPole-like step is then 1 column, an Atari-like one 2.
+    sampling. A CartPole-like step is then 1 column, an Atari-like one 2. String
+    leaves (compressed frames) always keep their own column.
     """
 
     def __init__(self, data_spec, num_steps):
@@ -109,7 +110,9 @@ class _Layout:
         self._num_steps = num_steps
         # The first-step id, `step * num_envs + env`, is stored as one more leaf.
         self._specs = [*tf.nest.flatten(data_spec), tf.TensorSpec([], tf.int64)]
-        sizes = [spec.shape.num_elements() * spec.dtype.size for spec in self._specs]
+        # Strings (compressed frames, buffers/frames.py) vary in length: a column of their own.
+        sizes = [math.inf if spec.dtype == tf.string else
+                 spec.shape.num_elements() * spec.dtype.size for spec in self._specs]
         self._own = [i for i, size in enumerate(sizes[:-1]) if size >= _OWN_COLUMN_BYTES]
         self._small = [i for i in range(len(self._specs)) if i not in self._own]
         offsets = np.cumsum([0] + [sizes[i] for i in self._small])

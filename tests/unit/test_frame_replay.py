@@ -1,0 +1,196 @@
+"""Pixel replay (buffers/frames.py) and acting-side stacks (agents/frame_stack.py).
+
+A scripted stream of frames that encode (env copy, episode, step in episode)
+goes through every backend; each sampled stack must show its own episode's
+frames only, consecutive, the first frame repeated before the episode start,
+with the window's other fields aligned to the stack's newest frame.
+"""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tf_agents.policies import tf_policy
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import policy_step
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory
+
+from agents.frame_stack import FrameStackingPolicy, frames_to_stack, stacking_actor
+from buffers.episodic import EpisodicReplay
+from buffers.frames import FrameStackedReplay, stack_windows
+from buffers.prioritized import PrioritizedReplay
+from buffers.reverb_replay import ReverbPrioritizedReplay, ReverbUniformReplay
+from buffers.uniform import UniformReplay
+from core.errors import UserError
+
+K = 4
+FRAME = (12, 12)
+NUM_ENVS = 2
+EPISODE_LENGTHS = (7, 5)  # rows per episode of copy 0 and 1, FIRST .. LAST
+BACKENDS = [UniformReplay, PrioritizedReplay, EpisodicReplay,
+            pytest.param(ReverbUniformReplay, marks=pytest.mark.reverb),
+            pytest.param(ReverbPrioritizedReplay, marks=pytest.mark.reverb)]
+
+
+def _spec():
+    return trajectory.Trajectory(
+        step_type=tf.TensorSpec([], tf.int32), observation=tf.TensorSpec([*FRAME, K], tf.uint8),
+        action=tf.TensorSpec([], tf.int64), policy_info=(),
+        next_step_type=tf.TensorSpec([], tf.int32), reward=tf.TensorSpec([], tf.float32),
+        discount=tf.TensorSpec([], tf.float32))
+
+
+def _frame(copy, episode, step):
+    """A frame whose pixels say where it comes from; the rest is texture to compress."""
+    rng = np.random.default_rng(copy * 1000 + episode * 50 + step)
+    frame = rng.integers(0, 4, FRAME).astype(np.uint8) * 60
+    frame[0, :3] = (copy, episode, step)
+    return frame
+
+
+def _stream(num_steps):
+    """Batched steps of auto-resetting copies: F, M, ..., L, F, ... per copy."""
+    for t in range(num_steps):
+        step_types, frames, steps = [], [], []
+        for copy, length in enumerate(EPISODE_LENGTHS):
+            episode, step = divmod(t, length)
+            step_types.append(ts.StepType.FIRST if step == 0 else
+                              ts.StepType.LAST if step == length - 1 else ts.StepType.MID)
+            frames.append(_frame(copy, episode, step))
+            steps.append(step)
+        step_type = np.array(step_types, np.int32)
+        yield trajectory.Trajectory(
+            step_type=tf.constant(step_type), observation=tf.constant(np.stack(frames)),
+            action=tf.constant(np.array(steps, np.int64)), policy_info=(),
+            next_step_type=tf.constant(step_type), reward=tf.constant(np.array(steps, np.float32)),
+            discount=tf.ones([NUM_ENVS]))
+
+
+def _make(backend_cls, codec='zlib', capacity=200, seed=0, num_steps=2):
+    return FrameStackedReplay(backend_cls, _spec(), num_frames=K, capacity=capacity,
+                              num_envs=NUM_ENVS, batch_size=8, num_steps=num_steps, seed=seed,
+                              codec=codec)
+
+
+def _fill(buffer, steps):
+    for step in _stream(steps):
+        buffer.add(step)
+
+
+def _check_stacks(window):
+    """Every stack: one episode, consecutive steps, the first frame repeated before it starts."""
+    stacks = window.observation.numpy()  # [B, T, H, W, K]
+    tags = stacks[:, :, 0, :3, :].astype(np.int64)  # [B, T, 3 (copy, episode, step), K]
+    newest = tags[..., -1]
+    for d in range(K):
+        np.testing.assert_array_equal(tags[..., 0, d], newest[..., 0])  # same copy
+        np.testing.assert_array_equal(tags[..., 1, d], newest[..., 1])  # same episode
+        np.testing.assert_array_equal(tags[..., 2, d],
+                                      np.maximum(newest[..., 2] - (K - 1 - d), 0))
+    # The other fields belong to the stack's newest frame.
+    np.testing.assert_array_equal(window.action.numpy(), newest[..., 2])
+    np.testing.assert_array_equal(window.step_type.numpy() == ts.StepType.FIRST,
+                                  newest[..., 2] == 0)
+    # Whole frames, not only the tags, come back as stored.
+    for b in range(stacks.shape[0]):
+        copy, episode, step = newest[b, 0]
+        np.testing.assert_array_equal(stacks[b, 0, ..., -1], _frame(copy, episode, step))
+
+
+@pytest.mark.parametrize('backend_cls', BACKENDS)
+@pytest.mark.parametrize('codec', ['zlib', 'none'])
+def test_stacks_never_cross_an_episode_start(backend_cls, codec):
+    buffer = _make(backend_cls, codec=codec, num_steps=3)
+    _fill(buffer, 40)
+    window, info = buffer.sample(64, 3)
+    assert window.observation.shape == (64, 3, *FRAME, K)
+    assert window.reward.shape == (64, 3) and info.keys.shape == (64,)
+    _check_stacks(window)
+    window, _ = next(iter(buffer.as_dataset(16, 3)))
+    _check_stacks(window)
+
+
+def test_compressed_frames_are_stored_once_as_strings():
+    buffer = _make(UniformReplay, codec='zlib')
+    assert buffer.stored_spec.observation.dtype == tf.string
+    assert buffer.inner.data_spec.observation.shape == ()  # one frame per step, no stack
+    raw = _make(UniformReplay, codec='none')
+    assert raw.inner.data_spec.observation.shape == FRAME
+    assert buffer.inner.capacity == 200
+
+
+def test_jpeg_codec_is_lossy_but_close():
+    buffer = _make(UniformReplay, codec='jpeg')
+    _fill(buffer, 20)
+    window, _ = buffer.sample(8, 2)
+    assert window.observation.dtype == tf.uint8 and window.observation.shape[-1] == K
+
+
+@pytest.mark.parametrize('backend_cls', [UniformReplay, PrioritizedReplay, EpisodicReplay])
+def test_compressed_buffer_restores_exactly(backend_cls, tmp_path):
+    buffer = _make(backend_cls, seed=1)
+    _fill(buffer, 30)
+    path = tf.train.Checkpoint(replay=buffer.checkpoint_items()).save(str(tmp_path / 'ckpt'))
+    restored = _make(backend_cls, seed=7)
+    tf.train.Checkpoint(replay=restored.checkpoint_items()).restore(path).assert_consumed()
+    a, a_info = buffer.sample(32, 2)
+    b, b_info = restored.sample(32, 2)
+    tf.nest.map_structure(np.testing.assert_array_equal, a, b)
+    tf.nest.map_structure(np.testing.assert_array_equal, a_info, b_info)
+
+
+def test_stack_windows_first_frame_fills_before_the_start():
+    first, mid, last = ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST
+    step_type = tf.constant([[mid, mid, last, first, mid, mid, mid]])
+    frames = tf.cast(tf.reshape(tf.range(1, 8), [1, 7, 1, 1]), tf.uint8)
+    stacks = stack_windows(frames, step_type, K)[0, :, 0, 0, :].numpy()
+    np.testing.assert_array_equal(stacks, [[4, 4, 4, 4], [4, 4, 4, 5], [4, 4, 5, 6],
+                                           [4, 5, 6, 7]])
+
+
+def test_non_frame_observations_are_refused():
+    spec = _spec()._replace(observation=tf.TensorSpec([3], tf.float32))
+    with pytest.raises(UserError, match='frame_stack'):
+        FrameStackedReplay(UniformReplay, spec, num_frames=K, capacity=100)
+    with pytest.raises(UserError, match='codec'):
+        _make(UniformReplay, codec='png')
+
+
+class _ReadStack(tf_policy.TFPolicy):
+    """Acts with a number that encodes the step tags of the stack it is given."""
+
+    def __init__(self, time_step_spec, action_spec):
+        super().__init__(time_step_spec, action_spec)
+
+    def _action(self, time_step, policy_state, seed):
+        steps = tf.cast(time_step.observation[:, 0, 2, :], tf.int64)  # [N, K]
+        code = tf.reduce_sum(steps * (100 ** tf.range(K, dtype=tf.int64)), axis=1)
+        return policy_step.PolicyStep(code, policy_state, ())
+
+    def _distribution(self, time_step, policy_state):
+        raise NotImplementedError
+
+
+def _expected_code(step):
+    return sum(max(step - (K - 1 - d), 0) * 100 ** d for d in range(K))
+
+
+def test_acting_stacks_match_the_sampled_ones():
+    """The TF ring (collection) and the numpy ring (evaluation) give the stacks replay builds."""
+    frame_spec = tensor_spec.BoundedTensorSpec(FRAME, tf.uint8, 0, 255)
+    stack_spec = tensor_spec.BoundedTensorSpec([*FRAME, K], tf.uint8, 0, 255)
+    action_spec = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 10**9)
+    inner = _ReadStack(ts.time_step_spec(stack_spec), action_spec)
+    assert frames_to_stack(stack_spec.shape, frame_spec.shape) == K
+    assert frames_to_stack(stack_spec.shape, stack_spec.shape) is None
+    stacking = FrameStackingPolicy(inner, ts.time_step_spec(frame_spec))
+    act = tf.function(lambda step: stacking.action(step).action)
+    numpy_act = stacking_actor(lambda step: inner.action(
+        tf.nest.map_structure(tf.convert_to_tensor, step)).action.numpy(), K)
+    for step in _stream(20):
+        time_step = ts.TimeStep(step.step_type, tf.zeros([NUM_ENVS]), tf.ones([NUM_ENVS]),
+                                step.observation)
+        expected = [_expected_code(int(s)) for s in step.action.numpy()]
+        np.testing.assert_array_equal(act(time_step).numpy(), expected)
+        numpy_step = tf.nest.map_structure(lambda x: x.numpy(), time_step)
+        np.testing.assert_array_equal(numpy_act(numpy_step), expected)
