@@ -38,7 +38,16 @@ import sys
 import tempfile
 import time
 
-from bench import buffers, distributed, dqn_speed, preprocessing_overhead, sac_speed, timing
+from bench import (
+    atari_replay,
+    atari_speed,
+    buffers,
+    distributed,
+    dqn_speed,
+    preprocessing_overhead,
+    sac_speed,
+    timing,
+)
 from core.rundir import atomic_write_text
 
 SECTIONS = [
@@ -46,6 +55,8 @@ SECTIONS = [
     ('sac_pendulum', sac_speed.section),
     ('preprocessing', preprocessing_overhead.section),
     ('buffers', buffers.section),
+    ('atari_replay', atari_replay.section),
+    ('atari_speed', atari_speed.section),
     ('distributed', distributed.section),
 ]
 DEFAULT_OUTPUT = os.path.join(timing.REPO_ROOT, 'docs', 'benchmarks.md')
@@ -68,6 +79,10 @@ def parse_args(argv):
                         help='A Python with torch and gymnasium (e.g. a venv of its own; '
                              'default $TORCH_PYTHON): the SAC section then measures the '
                              'PyTorch peer (bench/pytorch_sac_peer.py) instead of quoting it.')
+    parser.add_argument('--sb3_python', default=os.environ.get('SB3_PYTHON'),
+                        help='A Python with stable-baselines3, torch and ale-py (default '
+                             '$SB3_PYTHON): the Atari section then measures SB3\'s DQN '
+                             '(bench/sb3_atari_peer.py).')
     parser.add_argument('--log_dir', default=None,
                         help='Keep every run\'s time-stamped log here (default: a temp dir, '
                              'deleted unless a run fails).')

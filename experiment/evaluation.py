@@ -60,6 +60,30 @@ def greedy_actor(policy, env_observation_spec=None):
     return frame_stack.stacking_actor(act, num_frames) if num_frames else act
 
 
+def saved_actor(policy_dir):
+    """An exported policy (evaluate.py, the report, datasets) as a numpy `act`.
+
+    A pixel policy reads frame stacks [H, W, k]; played on an env of single
+    frames, its frames are stacked per env copy (agents/frame_stack.py).
+    """
+    from rlds_io.behaviour import load_saved_policy
+
+    act = load_saved_policy(policy_dir)
+    if act.observation_shape is None:
+        return act
+    chosen = None
+
+    def act_on(time_step):
+        nonlocal chosen
+        if chosen is None:  # the first time step shows what the env yields
+            num_frames = frame_stack.frames_to_stack(
+                act.observation_shape, np.asarray(time_step.observation).shape[1:])
+            chosen = frame_stack.stacking_actor(act, num_frames) if num_frames else act
+        return chosen(time_step)
+
+    return act_on
+
+
 class Evaluator:
     """Plays one episode in each copy of a batched py environment (new episodes each call)."""
 
@@ -88,13 +112,12 @@ def compare_policies(policy_dirs, *, env_id, episodes, seed, report_path=None,
     """
     from envs.suite import make_env
     from experiment.video import record_video
-    from rlds_io.behaviour import load_saved_policy
 
     reports = []
     env = make_env(env_id, num_envs=episodes, seed=seed)
     try:
         for index, policy_dir in enumerate(policy_dirs):
-            act = load_saved_policy(policy_dir)
+            act = saved_actor(policy_dir)
             returns, lengths = play_episodes(env, act, seed=seed)
             report = {'policy': policy_dir, **eval_report.summarize(returns, lengths, seed=seed)}
             reports.append(report)

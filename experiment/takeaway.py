@@ -11,9 +11,8 @@ import os
 
 from core import rundir
 from experiment import eval_report
-from experiment.evaluation import play_episodes
+from experiment.evaluation import play_episodes, saved_actor
 from experiment.video import record_video
-from rlds_io.behaviour import load_saved_policy
 
 # The report's episodes: the same for every run and seed (reports of different runs
 # compare), never a training, evaluation or confirmation seed.
@@ -36,7 +35,7 @@ def final_report(root_dir, env, final_act, best, say):
     """
     players = {'final': final_act}
     if best is not None and best.best is not None:
-        players['best'] = load_saved_policy(best.directory)
+        players['best'] = saved_actor(best.directory)
     report = {}
     for name, act in players.items():
         returns, lengths = play_episodes(env, act, seed=REPORT_SEED)
@@ -55,7 +54,7 @@ def final_report(root_dir, env, final_act, best, say):
 def final_video(root_dir, step, final_act, best):
     """One episode of the best policy (else the final one) under videos/; returns its path."""
     if best is not None and best.best is not None:
-        act, name = load_saved_policy(best.directory), 'best'
+        act, name = saved_actor(best.directory), 'best'
     else:
         act, name = final_act, 'final'
     return record_video(act, os.path.join(root_dir, 'videos', f'{name}_at_{step:08d}'),

@@ -13,7 +13,6 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
-from agents import frame_stack
 from core.errors import UserError
 from core.export import SNAPSHOT_FILE
 
@@ -75,26 +74,10 @@ def load_saved_policy(policy_dir):
             observation=tf.nest.map_structure(tf.constant, time_step.observation))
         return policy.action(tensors, ()).action.numpy()
 
-    if len(observation_specs) == 1:
-        # A pixel policy reads stacks [H, W, k]; played on an env of single frames, it
-        # gets them stacked per env copy (agents/frame_stack.py).
-        return _stacking_when_needed(act, observation_specs[0].shape[1:])
+    # What the policy reads, for callers that must adapt what they feed it (frame stacks).
+    act.observation_shape = (tuple(observation_specs[0].shape[1:])
+                             if len(observation_specs) == 1 else None)
     return act
-
-
-def _stacking_when_needed(act, policy_observation_shape):
-    """`act`, stacking frames if the first time step shows single frames of the stack's shape."""
-    chosen = None
-
-    def act_on(time_step):
-        nonlocal chosen
-        if chosen is None:
-            num_frames = frame_stack.frames_to_stack(
-                policy_observation_shape, np.asarray(time_step.observation).shape[1:])
-            chosen = frame_stack.stacking_actor(act, num_frames) if num_frames else act
-        return chosen(time_step)
-
-    return act_on
 
 
 def find_snapshot(run_dir, target_return):

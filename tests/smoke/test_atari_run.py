@@ -1,4 +1,4 @@
-"""Pixels end to end through train.py: a tiny Pong run, its exported policy, and a SIGKILL resume."""
+"""Pixels end to end through train.py: a tiny Pong run, its exported policy, a SIGKILL resume."""
 
 import json
 import os

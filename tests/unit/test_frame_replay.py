@@ -11,9 +11,8 @@ import pytest
 import tensorflow as tf
 from tf_agents.policies import tf_policy
 from tf_agents.specs import tensor_spec
-from tf_agents.trajectories import policy_step
+from tf_agents.trajectories import policy_step, trajectory
 from tf_agents.trajectories import time_step as ts
-from tf_agents.trajectories import trajectory
 
 from agents.frame_stack import FrameStackingPolicy, frames_to_stack, stacking_actor
 from buffers.episodic import EpisodicReplay

@@ -1,0 +1,301 @@
+"""Atari replay: memory per stored transition on real frames, and stacked-window sampling speed.
+
+    .venv/bin/python -m bench.atari_replay --output docs/atari_replay.md
+    .venv/bin/python -m bench.run_all --only atari_replay      # the same, as a make bench section
+
+Memory. Each (game, layout) fills a buffer of `--transitions` transitions in a
+process of its own, with frames of the real game (ale-py, the standard 84x84
+preprocessing, random actions), and reports the process RSS growth from before
+the buffer was built to after it was full, per transition: what a user's run
+pays, allocator and TF overheads included. Layouts: this project's
+`FrameStackedReplay` (one frame per step: zlib, raw, JPEG), the layout this
+project used before (`UniformReplay` of the agent's stacked observations), and
+TF-Agents' `TFUniformReplayBuffer` of stacked observations (its Atari example).
+
+Speed. One core: sampling batches of 32 stacked windows (1-step targets: 2
+steps; 3-step: 4 steps) from a full buffer of real Pong frames, raw and zlib,
+against the time of one Nature-CNN DQN gradient step on batch 32 (the rate the
+learner consumes batches). The ratio is samples/s over gradient steps/s.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import subprocess
+import sys
+import time
+
+GAMES = ('ALE/Pong-v5', 'ALE/Breakout-v5', 'ALE/Boxing-v5')
+LAYOUTS = {
+    'zlib': 'one frame per step, zlib (this project, default)',
+    'none': 'one frame per step, raw uint8 (this project, codec none)',
+    'jpeg': 'one frame per step, JPEG q95 (this project, lossy)',
+    'stacked': 'stacked [84, 84, 4] rows (this project before: UniformReplay)',
+    'tf_agents': "stacked [84, 84, 4] rows (TF-Agents' TFUniformReplayBuffer)",
+    'control': 'no buffer: the harness alone (env, chunks, a no-op add)',
+}
+# Which layouts run on which games: every game for the two layouts the issue bounds.
+PLAN = [(game, layout) for game in GAMES for layout in ('zlib', 'none')] + [
+    ('ALE/Pong-v5', 'jpeg'), ('ALE/Pong-v5', 'stacked'), ('ALE/Pong-v5', 'tf_agents'),
+    ('ALE/Pong-v5', 'control')]
+K = 4
+
+
+def _rss_bytes():
+    with open('/proc/self/statm') as f:
+        return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+
+
+def _spec(tf, trajectory, observation_shape):
+    return trajectory.Trajectory(
+        step_type=tf.TensorSpec([], tf.int32),
+        observation=tf.TensorSpec(observation_shape, tf.uint8),
+        action=tf.TensorSpec([], tf.int64), policy_info=(),
+        next_step_type=tf.TensorSpec([], tf.int32), reward=tf.TensorSpec([], tf.float32),
+        discount=tf.TensorSpec([], tf.float32))
+
+
+def _build(layout, capacity):
+    import tensorflow as tf
+    from tf_agents.replay_buffers import tf_uniform_replay_buffer
+    from tf_agents.trajectories import trajectory
+
+    from buffers.frames import FrameStackedReplay
+    from buffers.uniform import UniformReplay
+
+    stacked = _spec(tf, trajectory, [84, 84, K])
+    if layout == 'control':
+        return (lambda items: None), False
+    if layout in ('zlib', 'none', 'jpeg'):
+        buffer = FrameStackedReplay(UniformReplay, stacked, num_frames=K, capacity=capacity,
+                                    batch_size=32, num_steps=2, codec=layout)
+        return buffer.add, False
+    if layout == 'stacked':
+        return UniformReplay(stacked, capacity=capacity, batch_size=32, num_steps=2).add, True
+    buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(stacked, batch_size=1,
+                                                            max_length=capacity)
+    def add_batch(items):
+        buffer.add_batch(items)  # returns an Operation, which tf.function cannot return
+    return add_batch, True
+
+
+def _frames(game, count, seed=0):
+    """Yields (frame, step_type, action, reward, discount) of random play, auto-resetting."""
+    import numpy as np
+
+    from envs.suite import make_env
+
+    env = make_env(game, num_envs=1, seed=seed)
+    rng = np.random.default_rng(seed)
+    time_step = env.reset()
+    num_actions = int(env.action_spec().maximum) + 1
+    for _ in range(count):
+        action = rng.integers(0, num_actions, size=1)
+        yield time_step, action
+        time_step = env.step(action)
+    env.close()
+
+
+CHUNK = 250  # steps per compiled fill call, as the collect loop adds them
+
+
+def _chunks(game, transitions, stacks):
+    """Trajectories of CHUNK real steps each ([CHUNK, 1, ...] numpy), frames or stacks."""
+    import numpy as np
+
+    ring = None
+    buffered = []
+    for time_step, action in _frames(game, transitions):
+        frames = time_step.observation
+        if ring is None or time_step.step_type[0] == 0:
+            ring = np.repeat(frames[..., None], K, axis=-1)
+        else:
+            ring = np.concatenate([ring[..., 1:], frames[..., None]], axis=-1)
+        buffered.append((time_step.step_type, ring if stacks else frames,
+                         action.astype(np.int64), time_step.reward, time_step.discount))
+        if len(buffered) == CHUNK:
+            yield [np.stack(column) for column in zip(*buffered)]
+            buffered = []
+    if buffered:
+        yield [np.stack(column) for column in zip(*buffered)]
+
+
+def measure_memory(game, layout, transitions):
+    """RSS growth per transition of one layout filled with `transitions` real frames.
+
+    Steps are added inside one compiled loop per CHUNK, as the collect loop adds them
+    (an eager call per step would charge TF's per-call overheads to the buffer).
+    """
+    import tensorflow as tf
+    from tf_agents.trajectories import trajectory
+
+    from core.quiet import quiet_startup
+    quiet_startup()
+    stacks = layout in ('stacked', 'tf_agents')
+
+    def filler(add):
+        def fill(step_type, observation, action, reward, discount):
+            for t in tf.range(tf.shape(step_type)[0]):
+                add(trajectory.Trajectory(
+                    step_type=step_type[t], observation=observation[t], action=action[t],
+                    policy_info=(), next_step_type=step_type[t], reward=reward[t],
+                    discount=discount[t]))
+        return tf.function(fill)
+
+    chunks = _chunks(game, transitions, stacks)
+    first = next(chunks)
+    # Warm-up: a small buffer of the same layout, traced and filled, so TF's one-off
+    # allocations (kernels, tracing) are in the baseline, not charged to the transitions.
+    warm_add, _ = _build(layout, 64)
+    filler(warm_add)(*[column[:8] for column in first])
+    before = _rss_bytes()
+    add, _ = _build(layout, transitions)
+    fill = filler(add)
+    fill(*first)
+    del first
+    for chunk in chunks:
+        fill(*chunk)
+    after = _rss_bytes()
+    return {'game': game, 'layout': layout, 'transitions': transitions,
+            'bytes_per_transition': (after - before) / transitions}
+
+
+def measure_speed(transitions, rounds=200):
+    """Sampling rate of stacked windows vs one Nature-CNN gradient step (one core)."""
+    import tensorflow as tf
+    from tf_agents.trajectories import trajectory
+
+    from buffers.frames import FrameStackedReplay
+    from buffers.uniform import UniformReplay
+    from core.quiet import quiet_startup
+    from core.tf_setup import configure_tf
+    quiet_startup()
+    configure_tf(0, 1)
+    frames = [(t.observation, t.step_type) for t, _ in _frames('ALE/Pong-v5', transitions)]
+    stacked = _spec(tf, trajectory, [84, 84, K])
+    results = {}
+    for codec in ('none', 'zlib'):
+        buffer = FrameStackedReplay(UniformReplay, stacked, num_frames=K, capacity=transitions,
+                                    batch_size=32, num_steps=4, codec=codec)
+        add = tf.function(buffer.add)
+        for observation, step_type in frames:
+            add(trajectory.Trajectory(
+                step_type=tf.constant(step_type), observation=tf.constant(observation),
+                action=tf.zeros([1], tf.int64), policy_info=(),
+                next_step_type=tf.constant(step_type), reward=tf.zeros([1]),
+                discount=tf.ones([1])))
+        for num_steps in (2, 4):
+            sample = tf.function(lambda n=num_steps, b=buffer: b.sample(32, n)[0].observation)
+            sample()
+            start = time.perf_counter()
+            for _ in range(rounds):
+                sample()
+            results[f'{codec}, {num_steps}-step windows'] = rounds / (time.perf_counter() - start)
+    results['Nature-CNN gradient steps'] = learner_rate(rounds // 4)
+    return results
+
+
+def learner_rate(steps=50):
+    """Nature-CNN DQN gradient steps/s on a fixed batch of 32 (what the learner consumes)."""
+    import numpy as np
+    import tensorflow as tf
+    from tf_agents.specs import tensor_spec
+    from tf_agents.trajectories import time_step as ts
+    from tf_agents.trajectories import trajectory
+
+    from agents import dqn
+    from core.quiet import quiet_startup
+    from core.tf_setup import configure_tf
+    quiet_startup()
+    configure_tf(0, 1)
+    spec = tensor_spec.BoundedTensorSpec([84, 84, K], tf.uint8, 0, 255)
+    action_spec = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 5)
+    agent = dqn.make_agent(ts.time_step_spec(spec), action_spec, tf.Variable(0, dtype=tf.int64),
+                           conv_layer_params=((32, 8, 4), (64, 4, 2), (64, 3, 1)),
+                           fc_layer_params=(512,))
+    batch = trajectory.Trajectory(
+        step_type=tf.ones([32, 2], tf.int32), observation=tf.constant(
+            np.random.default_rng(0).integers(0, 255, [32, 2, 84, 84, K]), tf.uint8),
+        action=tf.zeros([32, 2], tf.int64), policy_info=(),
+        next_step_type=tf.ones([32, 2], tf.int32), reward=tf.zeros([32, 2]),
+        discount=tf.ones([32, 2]))
+    train = tf.function(lambda: agent.train(batch).loss)
+    train()
+    start = time.perf_counter()
+    for _ in range(steps):
+        train()
+    return steps / (time.perf_counter() - start)
+
+
+def _child(args):
+    # A fixed mmap threshold: glibc otherwise raises it after the first large free, and the
+    # harness's own temporary chunks then stay in the heap and would count as buffer memory.
+    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_='131072')
+    return json.loads(subprocess.run(
+        [sys.executable, '-m', 'bench.atari_replay', *args], check=True, capture_output=True,
+        env=env,
+        text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ).stdout.strip().splitlines()[-1])
+
+
+def section(opts):
+    transitions = 3_000 if opts.quick else 100_000
+    rows = [_child(['--child_memory', game, layout, str(transitions)]) for game, layout in PLAN]
+    speed = _child(['--child_speed', str(2_000 if opts.quick else 20_000)])
+    return render(rows, speed, transitions, opts)
+
+
+def render(rows, speed, transitions, opts):
+    lines = ['## Atari replay memory and sampling speed', '',
+             f'Written by `python -m bench.atari_replay{" --quick" if opts.quick else ""}` on '
+             f'{datetime.date.today().isoformat()}; do not edit by hand. Memory: process RSS '
+             f'growth from before the buffer was built to after {transitions:,} transitions of '
+             'real frames (random play, 84x84 grayscale, frame skip 4), per transition; the '
+             'issue\'s bars are raw <= 7.5 KB and lossless compressed <= 1.0 KB on every game.',
+             'The harness alone (no buffer) is measured too, and subtracted in the last '
+             'columns.', '',
+             '| game | layout | RSS growth per transition | net of the harness | '
+             '1M transitions (net) |', '| --- | --- | ---: | ---: | ---: |']
+    harness = next((row['bytes_per_transition'] for row in rows
+                     if row['layout'] == 'control'), 0.0)
+    for row in rows:
+        per = row['bytes_per_transition']
+        if row['layout'] == 'control':
+            lines.append(f"| {row['game']} | {LAYOUTS['control']} | {per:,.0f} | | |")
+            continue
+        lines.append(f"| {row['game']} | {LAYOUTS[row['layout']]} | {per:,.0f} | "
+                     f"{per - harness:,.0f} | {(per - harness) * 1e6 / 2**30:,.2f} GiB |")
+    learner = speed.pop('Nature-CNN gradient steps')
+    lines += ['', f'Sampling batches of 32 stacked windows from {transitions:,} Pong frames, one '
+              f'core, against the Nature-CNN DQN learner ({learner:,.1f} gradient steps/s on '
+              'batch 32, i.e. batches consumed per second); the bar is >= 10x.', '',
+              '| sampled | batches/s | × the learner\'s rate |', '| --- | ---: | ---: |']
+    for name, rate in speed.items():
+        lines.append(f'| {name} | {rate:,.0f} | {rate / learner:,.1f}× |')
+    return '\n'.join(lines) + '\n'
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--child_memory', nargs=3, metavar=('GAME', 'LAYOUT', 'N'))
+    parser.add_argument('--child_speed', metavar='N')
+    parser.add_argument('--quick', action='store_true')
+    parser.add_argument('--output', default=None)
+    opts = parser.parse_args(argv)
+    if opts.child_memory:
+        game, layout, count = opts.child_memory
+        print(json.dumps(measure_memory(game, layout, int(count))))
+        return
+    if opts.child_speed:
+        print(json.dumps(measure_speed(int(opts.child_speed))))
+        return
+    text = section(opts)
+    print(text)
+    if opts.output:
+        from core.rundir import atomic_write_text
+        atomic_write_text(opts.output, text)
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,134 @@
+"""Atari DQN end to end: compressed vs raw replay, against its gradient steps alone, two cores,
+and Stable-Baselines3's DQN.
+
+    .venv/bin/python -m bench.atari_speed --output docs/atari_speed.md \\
+        --sb3_python /tmp/sb3venv/bin/python        # the peer's venv: bench/sb3_atari_peer.py
+
+Ours is configs/dqn_atari.gin on Pong (Nature CNN, batch 32, a gradient step every 4 env
+steps, one env), with a 100,000-transition replay (SB3 stores stacks: its 1M would not fit
+this machine), a 1,000-step warm-up, no evaluation, report or export. Each variant runs at two
+budgets and its rate is Δ env steps / Δ wall time (bench/dqn_speed.py's method), pinned to core
+0, or cores 0-1 for the two-core variant (run.tf_threads=2). "Gradient steps alone" is one
+Nature-CNN DQN step on a fixed batch of 32, timed in a loop on core 0: at 4 env steps per
+gradient step, the env steps/s a run would reach if everything else were free.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from bench import dqn_speed, timing
+
+CONFIG = 'configs/dqn_atari.gin'
+COMMON = ['run.best_policy_episodes=0', 'run.final_eval_episodes=0', 'run.final_video=False',
+          'run.eval_interval=0', 'run.num_eval_episodes=1', 'run.export_final_policy=False',
+          'run.replay_capacity=100000', 'run.initial_collect_steps=1000',
+          'run.checkpoint_interval=0', 'eval/atari_env.max_episode_frames=400']
+VARIANTS = [
+    ('zlib replay, 1 core', ['FrameStackedReplay.codec="zlib"'], '0'),
+    ('raw replay, 1 core', ['FrameStackedReplay.codec="none"'], '0'),
+    ('zlib replay, 2 cores (run.tf_threads=2)', ['FrameStackedReplay.codec="zlib"',
+                                                 'run.tf_threads=2'], '0-1'),
+]
+FULL = (3_000, 13_000)
+QUICK = (1_200, 2_400)
+
+
+def _build(extra):
+    def build(env_steps, root_dir):
+        cmd = [timing.python(), 'train.py', f'--gin_file={CONFIG}', f'--root_dir={root_dir}',
+               '--print_metrics', f'--gin_bindings=run.num_env_steps={env_steps}']
+        return cmd + [f'--gin_bindings={binding}' for binding in COMMON + extra]
+    return build
+
+
+def _measure_ours(opts, scratch):
+    rates = {}
+    for name, extra, cpus in VARIANTS:
+        system = dqn_speed.System(name, 'ours', _build(extra), cwd=timing.REPO_ROOT,
+                                  parse=dqn_speed.parse_ours(False), last_line=r'^final metrics: ',
+                                  last_line_text='`final metrics:`')
+        pinned = argparse.Namespace(**{**vars(opts), 'cpus': cpus})
+        rate, _ = dqn_speed.measure(system, QUICK if opts.quick else FULL, pinned, scratch)
+        rates[name] = rate.rate
+    return rates
+
+
+def _gradient_steps_alone():
+    """Nature-CNN DQN gradient steps/s on batch 32, one TF thread, pinned to core 0."""
+    code = ('import json; from bench.atari_replay import learner_rate; '
+            'print(json.dumps(learner_rate()))')
+    done = subprocess.run(timing.pin_prefix('0') + [timing.python(), '-c', code], check=True,
+                          capture_output=True, text=True, cwd=timing.REPO_ROOT)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _sb3(opts):
+    if not opts.sb3_python:
+        return None
+    cmd = timing.pin_prefix('0') + [opts.sb3_python, 'bench/sb3_atari_peer.py']
+    if opts.quick:
+        cmd += ['--warmup=1200', '--steps=1200']
+    print(f'  [{time.strftime("%H:%M:%S")}] SB3 peer: {timing.shorten(cmd)}', flush=True)
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=timing.REPO_ROOT)
+    if done.returncode:
+        raise timing.BenchError(f'the SB3 peer failed (exit {done.returncode}): '
+                                f'{done.stderr.strip().splitlines()[-1:]}')
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def section(opts):
+    scratch = tempfile.mkdtemp(prefix='atari-speed-')
+    try:
+        rates = _measure_ours(opts, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return render(rates, _gradient_steps_alone(), _sb3(opts), opts)
+
+
+def render(rates, gradient_steps, sb3, opts):
+    zlib, raw, two = (rates[name] for name, _, _ in VARIANTS)
+    allowed = 4 * gradient_steps
+    lines = ['## Atari DQN end to end (Pong, Nature settings)', '',
+             f'Written by `python -m bench.atari_speed{" --quick" if opts.quick else ""}` on '
+             f'{datetime.date.today().isoformat()}; do not edit by hand. Env steps/s '
+             '(agent steps, 4 frames each) from two budgets per variant.', '',
+             '| measured | env steps/s | ratio | bar |', '| --- | ---: | ---: | --- |',
+             f'| zlib replay, 1 core | {zlib:,.1f} | | |',
+             f'| raw replay, 1 core | {raw:,.1f} | compressed costs {1 - zlib / raw:+.1%} | '
+             '<= 10% |',
+             f'| gradient steps alone allow (4 × {gradient_steps:,.1f} steps/s) | {allowed:,.1f} | '
+             f'zlib run reaches {zlib / allowed:.0%} | >= 80% |',
+             f'| zlib replay, 2 cores, run.tf_threads=2 | {two:,.1f} | {two / zlib:.2f}× the '
+             '1-core rate | >= 1.4× |']
+    if sb3:
+        lines.append(f"| Stable-Baselines3 DQN (torch {sb3['torch']}, 1 core) | "
+                     f"{sb3['rate']:,.1f} | ours (zlib) {zlib / sb3['rate']:.2f}× | >= 1.5× |")
+    else:
+        lines.append('| Stable-Baselines3 DQN | not measured (no --sb3_python) | | |')
+    return '\n'.join(lines) + '\n'
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument('--quick', action='store_true')
+    parser.add_argument('--output', default=None)
+    parser.add_argument('--sb3_python', default=os.environ.get('SB3_PYTHON'))
+    parser.add_argument('--log_dir', default=None)
+    opts = parser.parse_args(argv)
+    opts.log_dir = opts.log_dir or tempfile.mkdtemp(prefix='bench-logs-')
+    text = section(opts)
+    print(text)
+    if opts.output:
+        from core.rundir import atomic_write_text
+        atomic_write_text(opts.output, text)
+
+
+if __name__ == '__main__':
+    sys.exit(main())
