@@ -29,6 +29,7 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
+from buffers.frame_file import FrameFile
 from core.errors import UserError
 
 CODECS = ('zlib', 'jpeg', 'none')
@@ -114,7 +115,7 @@ class FrameStackedReplay(tf.Module):
 
     def __init__(self, backend_class, data_spec, *, num_frames, capacity, num_envs=1,
                  batch_size=1, num_steps=2, seed=0, codec='zlib', jpeg_quality=95,
-                 name='frame_stacked_replay', **options):
+                 storage='memory', directory=None, name='frame_stacked_replay', **options):
         """Builds `backend_class` for single frames and windows `num_frames - 1` longer.
 
         Args:
@@ -125,6 +126,10 @@ class FrameStackedReplay(tf.Module):
             num_steps is the agent's window, before the k - 1 context steps.
           codec: 'zlib', 'jpeg' or 'none' (see the module docstring).
           jpeg_quality: JPEG quality 1..100 for codec='jpeg' (lossy).
+          storage: 'memory', or 'memmap': raw frames in a memory-mapped file under
+            `directory` (buffers/frame_file.py), for buffers larger than RAM; needs
+            codec='none' and an in-process backend.
+          directory: where the memmap file lives (the wiring passes <root_dir>/replay_frames).
           name: module name.
         """
         super().__init__(name=name)
@@ -136,6 +141,16 @@ class FrameStackedReplay(tf.Module):
                             "environment (e.g. ALE/Pong-v5) or run.frame_stack=1.")
         frame_spec = tf.TensorSpec(stack_spec.shape[:-1], tf.uint8, name=stack_spec.name)
         self.codec = Codec(codec, frame_spec.shape, jpeg_quality)
+        self.frame_file = None
+        if storage == 'memmap':
+            if codec != 'none' or getattr(backend_class, 'writes_own_checkpoints', False):
+                raise UserError("FrameStackedReplay.storage='memmap' keeps raw frames in a file "
+                                "this process owns: use it with FrameStackedReplay.codec='none' "
+                                "and an in-process backend (not Reverb).")
+            self.codec = self.frame_file = FrameFile(directory, frame_spec.shape, capacity)
+        elif storage != 'memory':
+            raise UserError(f"FrameStackedReplay.storage={storage!r}: choose 'memory' or "
+                            "'memmap'.")
         self.num_frames = num_frames
         # Stacking is a gather and a uint8 transpose to channels-last, which TF's own CPU
         # kernels do ~4x slower than XLA's (bench/atari_replay.py): compile just that part.
@@ -193,7 +208,10 @@ class FrameStackedReplay(tf.Module):
         return self.inner.ages(keys)
 
     def checkpoint_items(self):
-        return self.inner.checkpoint_items()
+        items = dict(self.inner.checkpoint_items())
+        if self.frame_file is not None:
+            items['frame_file'] = self.frame_file.checkpoint_item()
+        return items
 
     def close(self):
         self.inner.close()

@@ -152,6 +152,9 @@ def _build_replay(config, trainer, agent, tf_env, *, num_envs, num_steps):
     if getattr(config.replay_backend, 'writes_own_checkpoints', False):
         # Reverb writes its table checkpoints itself; they must outlive the process to resume.
         options['checkpoint_dir'] = os.path.join(trainer.root_dir, 'checkpoints', 'replay')
+    if config.frame_stack > 1:
+        # Only FrameStackedReplay.storage='memmap' writes there (frames larger than RAM).
+        options['directory'] = os.path.join(trainer.root_dir, 'replay_frames')
     backend = build_backend(config.replay_backend, agent.collect_data_spec,
                             capacity=config.replay_capacity, num_envs=num_envs,
                             batch_size=config.batch_size, num_steps=num_steps, seed=trainer.seed,

@@ -75,3 +75,15 @@ def test_sigkill_resume_keeps_the_compressed_reverb_replay(tmp_path):
         assert size >= min(step, 600) - 2 * 8, (step, size)
     with open(os.path.join(root_dir, 'metrics.json')) as f:
         assert json.load(f)['env_steps'] == killed_at + 160
+
+
+def test_memmap_frames_live_in_the_run_directory(tmp_path):
+    root_dir = str(tmp_path / 'run')
+    metrics = cli.train_main(PIXELS + [
+        f'--root_dir={root_dir}', '--gin_bindings=run.num_env_steps=160',
+        "--gin_bindings=FrameStackedReplay.codec='none'",
+        "--gin_bindings=FrameStackedReplay.storage='memmap'",
+        '--gin_bindings=run.final_eval_episodes=0', '--gin_bindings=run.best_policy_episodes=0'])
+    assert metrics['env_steps'] == 160 and metrics['buffer_size'] == 160
+    frames = os.path.join(root_dir, 'replay_frames', 'frames.u8')
+    assert os.path.getsize(frames) == 2 * 600 * 84 * 84  # twice the capacity, raw frames

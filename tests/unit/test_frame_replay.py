@@ -193,3 +193,51 @@ def test_acting_stacks_match_the_sampled_ones():
         np.testing.assert_array_equal(act(time_step).numpy(), expected)
         numpy_step = tf.nest.map_structure(lambda x: x.numpy(), time_step)
         np.testing.assert_array_equal(numpy_act(numpy_step), expected)
+
+
+def _memmap(directory, seed=1, capacity=20):
+    return FrameStackedReplay(UniformReplay, _spec(), num_frames=K, capacity=capacity,
+                              num_envs=NUM_ENVS, batch_size=8, num_steps=2, seed=seed,
+                              codec='none', storage='memmap', directory=str(directory))
+
+
+def test_memmap_storage_samples_what_memory_storage_samples(tmp_path):
+    on_disk, in_memory = _memmap(tmp_path / 'frames'), _make(UniformReplay, 'none', 20, seed=1)
+    _fill(on_disk, 30)
+    _fill(in_memory, 30)
+    assert on_disk.inner.data_spec.observation.dtype == tf.int64  # frame ids, not frames
+    assert (tmp_path / 'frames' / 'frames.u8').stat().st_size == 2 * 20 * FRAME[0] * FRAME[1]
+    a, _ = on_disk.sample(32, 2)
+    b, _ = in_memory.sample(32, 2)
+    tf.nest.map_structure(np.testing.assert_array_equal, a, b)
+    _check_stacks(a)
+
+
+def test_memmap_storage_resumes_from_the_checkpoint_and_refuses_lost_frames(tmp_path):
+    writer = _memmap(tmp_path / 'frames')
+    steps = list(_stream(60))
+    for step in steps[:30]:
+        writer.add(step)
+    path = tf.train.Checkpoint(replay=writer.checkpoint_items()).save(str(tmp_path / 'ckpt'))
+    for step in steps[30:36]:  # written after the checkpoint, then the process dies
+        writer.add(step)
+    restored = _memmap(tmp_path / 'frames', seed=7)
+    tf.train.Checkpoint(replay=restored.checkpoint_items()).restore(path).assert_consumed()
+    reference = _make(UniformReplay, 'none', 20, seed=1)
+    for step in steps[:30]:
+        reference.add(step)
+    tf.nest.map_structure(np.testing.assert_array_equal, restored.sample(32, 2)[0],
+                          reference.sample(32, 2)[0])
+    for step in steps[30:]:  # more than a buffer's worth after the checkpoint
+        writer.add(step)
+    with pytest.raises(UserError, match='lost'):
+        tf.train.Checkpoint(replay=_memmap(tmp_path / 'frames').checkpoint_items()).restore(path)
+
+
+def test_memmap_storage_needs_raw_frames_and_a_directory(tmp_path):
+    with pytest.raises(UserError, match="codec='none'"):
+        FrameStackedReplay(UniformReplay, _spec(), num_frames=K, capacity=100,
+                           storage='memmap', directory=str(tmp_path))
+    with pytest.raises(UserError, match='directory'):
+        FrameStackedReplay(UniformReplay, _spec(), num_frames=K, capacity=100, codec='none',
+                           storage='memmap')
