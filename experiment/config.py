@@ -63,6 +63,10 @@ class _TrainingConfig:
         environment of uint8 frames [H, W] (Atari): replay stores each frame once
         and stacks sampled windows (buffers/frames.py), acting keeps a ring per
         env copy (agents/frame_stack.py). 1: observations as the env yields them.
+      sample_ahead: sample the next batch while the current gradient step runs, so
+        a second core (run.tf_threads=2) samples and decodes while the first trains
+        (experiment/loop.py `Training`); with prioritized replay a batch is then drawn
+        before the previous step's priorities are written back.
     """
 
     make_agent: Callable = gin.REQUIRED
@@ -84,6 +88,7 @@ class _TrainingConfig:
     final_video: bool = True
     preprocessing: Sequence[Any] = ()
     frame_stack: int = 1
+    sample_ahead: bool = False
 
     def _check_common(self, scope, **more):
         _required(scope, 'make_agent', self.make_agent)
@@ -95,7 +100,7 @@ class _TrainingConfig:
                          'tf_threads', 'frame_stack'),
             'non_negative': ('eval_interval', 'checkpoint_interval', 'summary_interval',
                              'best_policy_episodes', 'final_eval_episodes', 'video_interval'),
-            'flags': ('use_xla', 'export_final_policy', 'verbose', 'final_video'),
+            'flags': ('use_xla', 'export_final_policy', 'verbose', 'final_video', 'sample_ahead'),
             'callables': ('make_agent', 'replay_backend'),
         }
         for kind, rules in more.items():

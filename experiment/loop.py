@@ -106,7 +106,7 @@ class Training:
     """
 
     def __init__(self, *, agent, backend, batch_size, num_steps, train_steps, use_xla,
-                 importance_beta=lambda: 1.0):
+                 importance_beta=lambda: 1.0, sample_ahead=False):
         """Builds (but does not trace) the compiled train chunk.
 
         Args:
@@ -118,8 +118,14 @@ class Training:
           use_xla: jit-compile `train` (only if the backend supports it).
           importance_beta: callable giving the importance-sampling exponent now
             (annealed towards 1 by the caller); irrelevant for uniform backends.
+          sample_ahead: sample batch i + 1 while gradient step i runs (no data flows
+            between them, so TF runs them side by side when it has a second thread:
+            run.tf_threads=2). The same batches in the same order; with prioritized
+            replay, though, a batch is drawn before the previous step's priorities are
+            written back.
         """
         self._agent = agent
+        self._sample_ahead = sample_ahead
         self._backend = backend
         self._batch_size = batch_size
         self._num_steps = num_steps
@@ -140,10 +146,19 @@ class Training:
         norm) are what the trainer checks for non-finite values after every chunk.
         """
         total_loss = tf.constant(0.0)
-        for _ in tf.range(self._train_steps - 1):
-            total_loss += self._train_once(batches)[0]
+        if self._sample_ahead and batches is None:
+            experience, info = self._next_batch(batches)
+            for _ in tf.range(self._train_steps - 1):
+                next_experience, next_info = self._next_batch(batches)
+                total_loss += self._step(experience, info)
+                experience, info = next_experience, next_info
+        else:
+            for _ in tf.range(self._train_steps - 1):
+                experience, info = self._next_batch(batches)
+                total_loss += self._step(experience, info)
+            experience, info = self._next_batch(batches)
         # The last step stays outside the loop so its batch can feed diagnostics.
-        loss, experience = self._train_once(batches)
+        loss = self._step(experience, info)
         diagnostics = dict(self._agent.batch_diagnostics(experience))
         diagnostics['loss'] = (total_loss + loss) / float(self._train_steps)
         # One cheap number that is non-finite as soon as any weight is (divergence check).
@@ -156,12 +171,13 @@ class Training:
              for value in diagnostics.values()])
         return diagnostics
 
-    def _train_once(self, batches=None):
-        """One gradient step; prioritized backends get the TD errors back as priorities."""
+    def _next_batch(self, batches):
         if batches is None:
-            experience, info = self._backend.sample(self._batch_size, self._num_steps)
-        else:
-            experience, info = batches.get_next()
+            return self._backend.sample(self._batch_size, self._num_steps)
+        return batches.get_next()
+
+    def _step(self, experience, info):
+        """One gradient step; prioritized backends get the TD errors back as priorities."""
         weights = importance_weights(info.probabilities, self._importance_beta())
         # Batched auto-resetting envs store LAST -> FIRST boundary steps; a window starting
         # on one is no transition at all. DQN masks them itself, SAC does not: zero them here.
@@ -170,14 +186,15 @@ class Training:
         td_error = getattr(loss_info.extra, 'td_error', None)
         if td_error is not None:
             self._backend.update_priorities(info.keys, tf.abs(td_error))
-        return loss_info.loss, experience
+        return loss_info.loss
 
 
 class FusedLoop:
     """One compiled call per iteration: a collect chunk, then a train chunk."""
 
     def __init__(self, *, agent, tf_env, backend, observers, env_steps, batch_size, num_steps,
-                 train_steps, use_xla, importance_beta=lambda: 1.0, chunk_observers=()):
+                 train_steps, use_xla, importance_beta=lambda: 1.0, chunk_observers=(),
+                 sample_ahead=False):
         """Builds (but does not trace) the compiled chunks.
 
         Args:
@@ -186,7 +203,8 @@ class FusedLoop:
           backend: the `ReplayBackend` receiving every collected step.
           observers: extra callables fed each batched `Trajectory` (metrics).
           env_steps: int64 variable counting env steps over all copies.
-          batch_size, num_steps, train_steps, use_xla, importance_beta: as for `Training`.
+          batch_size, num_steps, train_steps, use_xla, importance_beta, sample_ahead: as
+            for `Training`.
           chunk_observers: as for `Collection`.
         """
         self.collection = Collection(tf_env=tf_env, collect_policy=agent.collect_policy,
@@ -194,7 +212,7 @@ class FusedLoop:
                                      chunk_observers=chunk_observers)
         self.training = Training(agent=agent, backend=backend, batch_size=batch_size,
                                  num_steps=num_steps, train_steps=train_steps, use_xla=use_xla,
-                                 importance_beta=importance_beta)
+                                 importance_beta=importance_beta, sample_ahead=sample_ahead)
         self.collect_random = self.collection.collect_random
         self.collect_with_agent = self.collection.collect_with_agent
         self.train = self.training.train

@@ -57,7 +57,7 @@ def _train(trainer, config, dataset, seed):
         tf.random.set_seed(resume_seed(seed, start_step))
     training = Training(agent=agent, backend=backend, batch_size=config.batch_size,
                         num_steps=num_steps, train_steps=config.train_steps_per_iteration,
-                        use_xla=config.use_xla)
+                        use_xla=config.use_xla, sample_ahead=config.sample_ahead)
     trainer.start(start_step, budget=config.num_train_steps, policy=agent.policy,
                   eval_env=eval_env, config=config)
     if start_step == 0:

@@ -93,7 +93,8 @@ def _train(trainer, config, seed):
                      env_steps=env_step, batch_size=config.batch_size, num_steps=num_steps,
                      train_steps=config.train_steps_per_iteration, use_xla=config.use_xla,
                      importance_beta=importance_beta,
-                     chunk_observers=staged_agent.chunk_observers(agent))
+                     chunk_observers=staged_agent.chunk_observers(agent),
+                     sample_ahead=config.sample_ahead)
     trainer.start(start_step, budget=config.num_env_steps, policy=agent.policy,
                   eval_env=eval_env, config=config, target_return=config.target_return)
     summaries = TrainSummaries(

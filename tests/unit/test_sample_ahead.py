@@ -1,0 +1,45 @@
+"""run.sample_ahead: the next batch is sampled while a gradient step runs, nothing else changes."""
+
+import numpy as np
+import tensorflow as tf
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory
+
+from agents import dqn
+from buffers.uniform import UniformReplay
+from experiment.loop import Training
+
+BATCH, STEPS = 8, 5
+
+
+def _trained(sample_ahead):
+    tf.random.set_seed(0)
+    observation = tensor_spec.BoundedTensorSpec([3], tf.float32, -1, 1)
+    action = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 1)
+    agent = dqn.make_agent(ts.time_step_spec(observation), action,
+                           tf.Variable(0, dtype=tf.int64), fc_layer_params=(8,))
+    backend = UniformReplay(agent.collect_data_spec, capacity=200, batch_size=BATCH, seed=3)
+    rng = np.random.default_rng(0)
+    for t in range(100):
+        backend.add(trajectory.Trajectory(
+            step_type=tf.constant([ts.StepType.MID], tf.int32),
+            observation=tf.constant(rng.uniform(-1, 1, [1, 3]), tf.float32),
+            action=tf.constant([t % 2], tf.int64), policy_info=(),
+            next_step_type=tf.constant([ts.StepType.MID], tf.int32),
+            reward=tf.constant([float(t % 3)]), discount=tf.ones([1])))
+    training = Training(agent=agent, backend=backend, batch_size=BATCH, num_steps=2,
+                        train_steps=STEPS, use_xla=False, sample_ahead=sample_ahead)
+    diagnostics = training.train()
+    return agent, backend, diagnostics
+
+
+def test_sampling_ahead_trains_on_the_same_batches_in_the_same_order():
+    plain, plain_backend, plain_diagnostics = _trained(False)
+    ahead, ahead_backend, ahead_diagnostics = _trained(True)
+    assert int(ahead.train_step_counter.numpy()) == STEPS
+    for a, b in zip(plain.trainable_variables, ahead.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+    assert float(plain_diagnostics['loss']) == float(ahead_diagnostics['loss'])
+    assert plain_backend.metrics()['sampled'] == ahead_backend.metrics()['sampled'] == \
+        STEPS * BATCH
