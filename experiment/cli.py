@@ -170,16 +170,22 @@ def evaluate_main(argv=None):
                         help='Also write the report (every return, intervals) as JSON here.')
     parser.add_argument('--video', default=None, metavar='DIR',
                         help="Record each policy's episode from --seed as a GIF in DIR.")
+    parser.add_argument('--epsilon', type=float, default=0.0,
+                        help='Random actions with this probability (discrete actions; Atari '
+                             'protocols use 0.001, as run.eval_epsilon does in training).')
     add_verbose_flag(parser)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     if args.episodes < 1:
         raise UserError(f"--episodes must be at least 1, got {args.episodes}.")
+    if not 0.0 <= args.epsilon <= 1.0:
+        raise UserError(f"--epsilon must lie in [0, 1], got {args.epsilon}.")
     start_up(args.verbose)
     from experiment.evaluation import compare_policies
 
     env_id = args.env_id or _run_env_id(args.policy_dirs[0])
     return compare_policies(args.policy_dirs, env_id=env_id, episodes=args.episodes,
-                            seed=args.seed, report_path=args.report, video_dir=args.video)
+                            seed=args.seed, report_path=args.report, video_dir=args.video,
+                            epsilon=args.epsilon)
 
 
 def _run_env_id(policy_dir):

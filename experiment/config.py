@@ -63,6 +63,9 @@ class _TrainingConfig:
         environment of uint8 frames [H, W] (Atari): replay stores each frame once
         and stacks sampled windows (buffers/frames.py), acting keeps a ring per
         env copy (agents/frame_stack.py). 1: observations as the env yields them.
+      eval_epsilon: evaluation (periodic, best-policy confirmation, the report,
+        videos) takes a random action with this probability (discrete actions only);
+        0 is greedy. Atari protocols use 0.001 so a greedy policy cannot stall a game.
       sample_ahead: sample the next batch while the current gradient step runs, so
         a second core (run.tf_threads=2) samples and decodes while the first trains
         (experiment/loop.py `Training`); with prioritized replay a batch is then drawn
@@ -89,6 +92,7 @@ class _TrainingConfig:
     preprocessing: Sequence[Any] = ()
     frame_stack: int = 1
     sample_ahead: bool = False
+    eval_epsilon: float = 0.0
 
     def _check_common(self, scope, **more):
         _required(scope, 'make_agent', self.make_agent)
@@ -101,6 +105,7 @@ class _TrainingConfig:
             'non_negative': ('eval_interval', 'checkpoint_interval', 'summary_interval',
                              'best_policy_episodes', 'final_eval_episodes', 'video_interval'),
             'flags': ('use_xla', 'export_final_policy', 'verbose', 'final_video', 'sample_ahead'),
+            'numbers': {'eval_epsilon': (0.0, 1.0, 'closed')},
             'callables': ('make_agent', 'replay_backend'),
         }
         for kind, rules in more.items():

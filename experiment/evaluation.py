@@ -15,6 +15,7 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 
 from agents import frame_stack
+from core.errors import UserError
 from experiment import eval_report
 
 
@@ -84,12 +85,38 @@ def saved_actor(policy_dir):
     return act_on
 
 
+def epsilon_actor(act, epsilon, action_spec, seed=0):
+    """`act` that takes a uniformly random action with probability `epsilon` per env copy.
+
+    Atari evaluation protocols act epsilon-greedily (Dopamine: 0.001) so that a greedy
+    policy cannot stall a game forever (Breakout waits for FIRE until the 108k-frame cap).
+    """
+    if not epsilon:
+        return act
+    if not np.issubdtype(action_spec.dtype, np.integer) or action_spec.shape != ():
+        raise UserError(f"An evaluation epsilon ({epsilon}) needs scalar discrete actions; "
+                        "this env's are continuous: set run.eval_epsilon=0.")
+    rng = np.random.default_rng(seed)
+    low, high = int(action_spec.minimum), int(action_spec.maximum)
+
+    def act_epsilon_greedy(time_step):
+        actions = np.asarray(act(time_step))
+        explore = rng.random(actions.shape[0]) < epsilon
+        if explore.any():
+            actions = np.where(explore, rng.integers(low, high + 1, actions.shape[0]),
+                               actions).astype(actions.dtype)
+        return actions
+
+    return act_epsilon_greedy
+
+
 class Evaluator:
     """Plays one episode in each copy of a batched py environment (new episodes each call)."""
 
-    def __init__(self, py_env, policy):
+    def __init__(self, py_env, policy, epsilon=0.0, seed=0):
         self._env = py_env
-        self.act = greedy_actor(policy, py_env.observation_spec())
+        self.act = epsilon_actor(greedy_actor(policy, py_env.observation_spec()), epsilon,
+                                 py_env.action_spec(), seed)
 
     def __call__(self):
         """Returns (average return, average episode length) over the copies."""
@@ -98,7 +125,7 @@ class Evaluator:
 
 
 def compare_policies(policy_dirs, *, env_id, episodes, seed, report_path=None,
-                     video_dir=None):
+                     video_dir=None, epsilon=0.0):
     """Plays every exported policy on the same seeded episodes (evaluate.py).
 
     Env copy i is seeded with seed + i for every policy, so differences are the
@@ -117,7 +144,7 @@ def compare_policies(policy_dirs, *, env_id, episodes, seed, report_path=None,
     env = make_env(env_id, num_envs=episodes, seed=seed)
     try:
         for index, policy_dir in enumerate(policy_dirs):
-            act = saved_actor(policy_dir)
+            act = epsilon_actor(saved_actor(policy_dir), epsilon, env.action_spec(), seed)
             returns, lengths = play_episodes(env, act, seed=seed)
             report = {'policy': policy_dir, **eval_report.summarize(returns, lengths, seed=seed)}
             reports.append(report)

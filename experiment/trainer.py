@@ -138,7 +138,7 @@ class Trainer:
         """
         self.start_step = step
         self._policy = policy
-        self._evaluator = Evaluator(eval_env, policy)
+        self._evaluator = Evaluator(eval_env, policy, config.eval_epsilon, self.seed + 20_000)
         self._target_return = target_return
         self._config = config
         self.writer = SummaryWriter(self.root_dir, resume_step=step or None)

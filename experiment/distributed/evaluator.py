@@ -33,7 +33,7 @@ class _Eval:
         self.role, self.settings, self.params = role, settings, params
         self.agent, self.train_step, _ = common.build_agent(params, seed=seed)
         self.env = Trainer.eval_env(params.num_eval_episodes, seed + 10_000)
-        self.evaluator = Evaluator(self.env, self.agent.policy)
+        self.evaluator = Evaluator(self.env, self.agent.policy, params.eval_epsilon, seed + 20_000)
         self.best, self.confirm_env = None, None
         if params.best_policy_episodes:  # root_dir/policy_best, as in a single-process run
             self.confirm_env = Trainer.eval_env(params.best_policy_episodes, CONFIRMATION_SEED)

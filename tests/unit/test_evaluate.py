@@ -1,5 +1,6 @@
 """evaluate.py plays every policy on the same seeded episodes."""
 
+import numpy as np
 import pytest
 import tensorflow as tf
 from tf_agents.environments import tf_py_environment
@@ -33,3 +34,18 @@ def test_a_policy_outside_a_run_needs_an_env_id(tmp_path):
     (tmp_path / 'policy').mkdir()
     with pytest.raises(UserError, match='pass --env_id'):
         cli.evaluate_main([str(tmp_path / 'policy')])
+
+
+def test_evaluation_epsilon_takes_random_actions_at_that_rate():
+    from tf_agents.specs import array_spec
+
+    from experiment.evaluation import epsilon_actor
+
+    spec = array_spec.BoundedArraySpec((), np.int64, 0, 5)
+    greedy = lambda time_step: np.zeros(1000, np.int64)  # noqa: E731
+    assert epsilon_actor(greedy, 0.0, spec) is greedy
+    actions = np.concatenate([epsilon_actor(greedy, 0.1, spec, seed=1)(None) for _ in range(10)])
+    explored = np.mean(actions != 0) * 6 / 5  # a random action is 0 one time in six
+    assert 0.08 < explored < 0.12 and actions.max() <= 5
+    with pytest.raises(UserError, match='discrete'):
+        epsilon_actor(greedy, 0.1, array_spec.BoundedArraySpec((1,), np.float32, -1, 1))
