@@ -24,10 +24,23 @@ stores each frame once, and stacks are built where they are used (the collect
 policy's ring, evaluation, sampled windows; see buffers/frames.py).
 """
 
+import atexit
+import weakref
+
 import gin
 import gymnasium
 
 from envs.gymnasium_env import MID_EPISODE_TERMINAL
+
+# Emulators still referenced at exit (e.g. by a traced collect loop's py_function) would make
+# ale-py's bindings print a wall of "leaked instance" lines: release them first.
+_EMULATORS = weakref.WeakSet()
+
+
+@atexit.register
+def _release_emulators():
+    for env in list(_EMULATORS):
+        env.__dict__.pop('ale', None)
 
 
 def is_atari(env_id):
@@ -76,6 +89,7 @@ def atari_env(env_id, *, noop_max=30, frame_skip=4, screen_size=84, sticky_actio
     gymnasium.register_envs(ale_py)
     env = gymnasium.make(env_id, frameskip=1, repeat_action_probability=sticky_actions,
                          max_num_frames_per_episode=max_episode_frames, **(env_kwargs or {}))
+    _EMULATORS.add(env.unwrapped)
     env = AtariPreprocessing(env, noop_max=noop_max, frame_skip=frame_skip,
                              screen_size=screen_size, terminal_on_life_loss=False,
                              grayscale_obs=True, scale_obs=False)
