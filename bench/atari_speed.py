@@ -40,20 +40,10 @@ FULL = (3_000, 13_000)
 QUICK = (1_200, 2_400)
 
 
-def _build(extra):
-    def build(env_steps, root_dir):
-        cmd = [timing.python(), 'train.py', f'--gin_file={CONFIG}', f'--root_dir={root_dir}',
-               '--print_metrics', f'--gin_bindings=run.num_env_steps={env_steps}']
-        return cmd + [f'--gin_bindings={binding}' for binding in COMMON + extra]
-    return build
-
-
 def _measure_ours(opts, scratch):
     rates = {}
     for name, extra, cpus in VARIANTS:
-        system = dqn_speed.System(name, 'ours', _build(extra), cwd=timing.REPO_ROOT,
-                                  parse=dqn_speed.parse_ours(False), last_line=r'^final metrics: ',
-                                  last_line_text='`final metrics:`')
+        system = dqn_speed.train_system(name, CONFIG, COMMON + extra, uses_xla=False)
         pinned = argparse.Namespace(**{**vars(opts), 'cpus': cpus})
         rate, _ = dqn_speed.measure(system, QUICK if opts.quick else FULL, pinned, scratch)
         rates[name] = rate.rate

@@ -123,6 +123,16 @@ def parse_ours(use_xla):
     return parse
 
 
+def train_system(name, config, bindings, *, uses_xla):
+    """One variant of our train.py: `config` with Gin `bindings`; budgets count env steps."""
+    def build(env_steps, root_dir):
+        cmd = [timing.python(), 'train.py', f'--gin_file={config}', f'--root_dir={root_dir}',
+               '--print_metrics', f'--gin_bindings=run.num_env_steps={env_steps}']
+        return cmd + [f'--gin_bindings={binding}' for binding in bindings]
+    return System(name, 'ours', build, cwd=timing.REPO_ROOT, parse=parse_ours(uses_xla),
+                  last_line=r'^final metrics: ', last_line_text='`final metrics:`')
+
+
 def systems():
     ours_last = r'^final metrics: '
     return [

@@ -28,18 +28,8 @@ QUICK = {'budgets': (2_000, 6_000), 'rounds': 1}
 LIMIT = 0.05  # the bar: <= 5% of env steps/s
 
 
-def _build(extra):
-    def build(env_steps, root_dir):
-        cmd = [timing.python(), 'train.py', f'--gin_file={CONFIG}', f'--root_dir={root_dir}',
-               '--print_metrics', f'--gin_bindings=run.num_env_steps={env_steps}']
-        return cmd + [f'--gin_bindings={binding}' for binding in COMMON + extra]
-    return build
-
-
 def _system(name, extra):
-    return dqn_speed.System(name, 'ours', _build(extra), cwd=timing.REPO_ROOT,
-                            parse=dqn_speed.parse_ours(True), last_line=r'^final metrics: ',
-                            last_line_text='`final metrics:`')
+    return dqn_speed.train_system(name, CONFIG, COMMON + extra, uses_xla=True)
 
 
 def section(opts):
