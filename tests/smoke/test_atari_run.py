@@ -87,3 +87,16 @@ def test_memmap_frames_live_in_the_run_directory(tmp_path):
     assert metrics['env_steps'] == 160 and metrics['buffer_size'] == 160
     frames = os.path.join(root_dir, 'replay_frames', 'frames.u8')
     assert os.path.getsize(frames) == 2 * 600 * 84 * 84  # twice the capacity, raw frames
+
+
+def test_the_atari100k_table_reads_the_run(pixel_run, tmp_path):
+    from bench import atari100k_results
+
+    root_dir, _ = pixel_run
+    runs = tmp_path / 'runs'
+    runs.mkdir()
+    os.symlink(root_dir, runs / 'pong_s1')
+    atari100k_results.main(['--runs', str(runs), '--docs', str(tmp_path / 'docs')])
+    text = (tmp_path / 'docs' / 'atari100k_results.md').read_text()
+    assert '| Pong | 1 |' in text  # finished, zlib: in the mean over seeds
+    assert '| Pong | 1 | zlib | 400 |' in text
