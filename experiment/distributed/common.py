@@ -20,6 +20,7 @@ from experiment import staged_agent
 from experiment.distributed import config
 from experiment.distributed.config import REPLAY_TABLE
 from experiment.summaries import SummaryWriter
+from experiment.trainer import build_backend
 
 ROLE_DIRS = {'replay': 'replay', 'learn': 'learner', 'eval': 'eval'}
 
@@ -65,7 +66,7 @@ def build_agent(params, *, seed, env=None):
     # weights; the learner updates them from the batches it samples (it does not collect).
     agent = staged_agent.build_agent(
         params.make_agent, params.preprocessing, tf_env.time_step_spec(), tf_env.action_spec(),
-        train_step, num_envs=tf_env.batch_size, collects=False)
+        train_step, num_envs=tf_env.batch_size, collects=False, frame_stack=params.frame_stack)
     return agent, train_step, tf_env
 
 
@@ -81,8 +82,9 @@ def remote_backend(params, settings, agent, *, num_envs, address, read_only=Fals
     `ReplayBackend` (layout, priorities, ids) a single-process Reverb run uses.
     Every wait is bounded by `settings.timeout_s`.
     """
-    return config.replay_backend_class(params)(
-        agent.collect_data_spec, capacity=params.replay_capacity, num_envs=num_envs,
+    return build_backend(
+        config.replay_backend_class(params), agent.collect_data_spec,
+        frame_stack=params.frame_stack, capacity=params.replay_capacity, num_envs=num_envs,
         batch_size=params.batch_size, num_steps=num_steps_of(agent), server_address=address,
         table_name=config.REPLAY_TABLE, flush_every=settings.flush_every,
         rate_limiter_timeout_ms=int(settings.timeout_s * 1000), read_only=read_only,

@@ -41,13 +41,17 @@ def main(root_dir, *, address, bind_all_interfaces=False, seed=0, force=False, v
     # The replay backend hosts the server: the table's layout, sampler and checkpoints are
     # the ones a single-process Reverb run uses, with the distributed rate limiter.
     backend_class = config.replay_backend_class(params)
-    backend = build_backend(
-        backend_class, agent.collect_data_spec, capacity=params.replay_capacity,
+    built = build_backend(
+        backend_class, agent.collect_data_spec, frame_stack=params.frame_stack,
+        capacity=params.replay_capacity,
         num_envs=tf_env.batch_size, batch_size=params.batch_size,
         num_steps=common.num_steps_of(agent), table_name=config.REPLAY_TABLE,
         checkpoint_dir=checkpoint_dir, port=port, rate_limiter=config.rate_limiter(settings),
         extra_tables=[tables.variables_table(agent.collect_policy.variables())],
         initial_checkpoint=restoring)
+    # Hosting needs only the table: with pixels, the Reverb backend inside the frame-stacking
+    # wrapper (the table stores single frames; collectors and the learner stack).
+    backend = getattr(built, 'inner', built)
     client = reverb.Client(backend.server_address)
     counters = common.replay_counters(client.server_info(int(settings.timeout_s)))
     if restoring:

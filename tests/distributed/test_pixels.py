@@ -1,0 +1,36 @@
+"""Pixels across processes: collectors write single zlib frames to the Reverb server, the
+learner samples frame stacks from it (real roles, the tiny Pong config)."""
+
+import os
+
+import pytest
+
+from experiment.distributed import common, tables
+from experiment.distributed.cluster import Cluster, free_port
+from tests.distributed.conftest import FAST, ROOT, pushed_step, wait_until
+
+pytestmark = [pytest.mark.reverb, pytest.mark.timeout(600)]
+
+
+def test_collectors_write_frames_and_the_learner_trains_on_stacks(tmp_path):
+    os.chdir(ROOT)
+    cluster = Cluster(
+        gin_files=['configs/dqn_atari.gin', 'configs/testing/tiny_pixels.gin'],
+        gin_bindings=FAST + ['run.num_env_steps = 1000000'], root_dir=str(tmp_path / 'run'),
+        port=free_port(), bind_all_interfaces=True)
+    try:
+        cluster.start('replay')
+        learner = cluster.start('learn')
+        collector = cluster.start('collect', 0)
+        wait_until(lambda: (pushed_step(cluster.address) or 0) >= 40,
+                   'the learner to push weights after 40 gradient steps', cluster)
+        counters = common.replay_counters(tables.WeightStore(
+            cluster.address, timeout_s=5).server_info())
+        assert counters['inserted'] > 0 and counters['sampled'] > 0
+        assert cluster.alive(collector) and cluster.alive(learner)
+        for name in (collector, learner):
+            assert 'Traceback' not in open(cluster.log_path(name)).read()
+    finally:
+        for name in list(cluster.procs):
+            if cluster.alive(name):
+                cluster.kill(name)
