@@ -104,8 +104,8 @@ def make_agent(time_step_spec, action_spec, train_step, *,
         observations (frames) are scaled to [0, 1] inside the network, so replay
         and the exported policy keep bytes.
       optimizer: 'adam', 'rmsprop' or 'sgd'.
-      adam_epsilon: Adam's epsilon (None: Keras' 1e-7); Dopamine's DQN uses 1.5e-4
-        (0.01 / batch size 32) with Adam.
+      adam_epsilon: the optimizer's epsilon (None: Keras' default, 1e-7); Dopamine's
+        JAX DQN uses 1.5e-4 with Adam.
       learning_rate: optimizer learning rate.
       epsilon_start: collect-policy epsilon at train step 0.
       epsilon_end: epsilon after `epsilon_decay_steps` gradient steps.

@@ -32,7 +32,9 @@ def frames_to_stack(policy_observation_shape, env_observation_shape):
 class FrameStackingPolicy(tf_policy.TFPolicy):
     """`policy` (of stacks [H, W, k]) as a policy of single frames [H, W]."""
 
-    def __init__(self, policy, time_step_spec):
+    def __init__(self, policy, time_step_spec, ring=None):
+        """Wraps `policy`; policies given the same `ring` (a `.ring` variable of another
+        wrapper) share it, e.g. the random warm-up policy and the collect policy."""
         super().__init__(time_step_spec, policy.action_spec,
                          policy_state_spec=policy.policy_state_spec, info_spec=policy.info_spec,
                          clip=False, emit_log_probability=policy.emit_log_probability,
@@ -41,8 +43,9 @@ class FrameStackingPolicy(tf_policy.TFPolicy):
         stack_shape = policy.time_step_spec.observation.shape
         self._num_frames = int(stack_shape[-1])
         # [batch, H, W, k]; starts empty and takes the size of the batches it is given.
-        self._ring = tf.Variable(tf.zeros([0, *stack_shape], tf.uint8), trainable=False,
-                                 shape=tf.TensorShape([None, *stack_shape]), name='frame_ring')
+        self.ring = ring if ring is not None else tf.Variable(
+            tf.zeros([0, *stack_shape], tf.uint8), trainable=False,
+            shape=tf.TensorShape([None, *stack_shape]), name='frame_ring')
 
     @property
     def wrapped_policy(self):
@@ -55,18 +58,19 @@ class FrameStackingPolicy(tf_policy.TFPolicy):
         frame = time_step.observation[..., None]
         batch = tf.shape(frame)[0]
         # The ring as [batch, ...] (zeros the first time): no tf.cond on a variable's shape.
-        padding = tf.zeros(tf.concat([[batch], tf.shape(self._ring)[1:]], 0), tf.uint8)
-        ring = tf.concat([self._ring, padding], 0)[:batch]
+        padding = tf.zeros(tf.concat([[batch], tf.shape(self.ring)[1:]], 0), tf.uint8)
+        ring = tf.concat([self.ring, padding], 0)[:batch]
         shifted = tf.concat([ring[..., 1:], frame], axis=-1)
         restarted = tf.tile(frame, [1, 1, 1, self._num_frames])
         stack = tf.where(time_step.is_first()[:, None, None, None], restarted, shifted)
-        self._ring.assign(stack)
+        self.ring.assign(stack)
         return time_step._replace(observation=stack)
 
     def _action(self, time_step, policy_state, seed):
         return self._policy.action(self._stack(time_step), policy_state, seed)
 
     def _distribution(self, time_step, policy_state):
+        # Advances the ring like `action`: call one of the two per env step, not both.
         return self._policy.distribution(self._stack(time_step), policy_state)
 
 

@@ -29,6 +29,6 @@ def make_optimizer(name, learning_rate, epsilon=None):
     if epsilon is None:
         return optimizer_cls(learning_rate=learning_rate)
     if name.lower() not in ('adam', 'rmsprop') or not epsilon > 0:
-        raise UserError(f"An optimizer epsilon ({epsilon!r}) needs optimizer 'adam' or "
-                        "'rmsprop' and a value > 0.")
+        raise UserError(f"dqn.make_agent.adam_epsilon={epsilon!r} needs optimizer 'adam' "
+                        "(or 'rmsprop') and a value > 0.")
     return optimizer_cls(learning_rate=learning_rate, epsilon=epsilon)

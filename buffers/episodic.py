@@ -70,6 +70,9 @@ def _leaf(nest, name):
 class EpisodicReplay(UniformReplay):
     """In-process replay of whole episodes with windows that never cross a boundary.
 
+    (Not for frame stacks: a window holding k - 1 context frames could then never
+    cover an episode's first steps, so those would never be trained on.)
+
     Capacity counts transitions, as in every backend. `sample(B, T)` draws `B`
     windows of `T` consecutive items of one episode of one env copy, uniformly
     over all valid windows, where a window starting at item `t` is valid iff:
@@ -93,6 +96,8 @@ class EpisodicReplay(UniformReplay):
     """
 
     supports_xla = True
+
+    windows_stay_in_episodes = True
 
     def __init__(self, data_spec, *, capacity, num_envs=1, batch_size=1, num_steps=2, seed=0,
                  name='episodic_replay'):

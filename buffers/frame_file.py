@@ -15,6 +15,7 @@ was overwritten (a kill more than `capacity` steps after the last checkpoint),
 the restore refuses in one line instead of training on wrong frames.
 """
 
+import json
 import os
 
 import numpy as np
@@ -34,10 +35,17 @@ class _Counter(tf.train.experimental.PythonState):
 
     def serialize(self):
         self._file.flush()
-        return str(self._file.next_id)
+        return json.dumps({'next_id': self._file.next_id, 'slots': self._file.slots,
+                           'frame_shape': list(self._file.frame_shape)})
 
     def deserialize(self, string_value):
-        self._file.restore(int(string_value))
+        saved = json.loads(string_value)
+        if saved['slots'] != self._file.slots or tuple(saved['frame_shape']) != \
+                self._file.frame_shape:
+            raise UserError(f"The checkpoint's replay frame file held {saved['slots']:,} frames "
+                            f"of {saved['frame_shape']}, this run's holds {self._file.slots:,} of "
+                            f"{list(self._file.frame_shape)}: resume with the same capacity.")
+        self._file.restore(saved['next_id'])
 
 
 class FrameFile:
@@ -53,7 +61,14 @@ class FrameFile:
         self.slots = 2 * self.capacity  # see the module docstring: resume without copies
         frames_path = os.path.join(directory, FRAMES_FILE)
         ids_path = os.path.join(directory, IDS_FILE)
+        self.path = frames_path
         mode = 'r+' if os.path.exists(frames_path) and os.path.exists(ids_path) else 'w+'
+        self.created = mode == 'w+'
+        expected = self.slots * int(np.prod(self.frame_shape))
+        if not self.created and os.path.getsize(frames_path) != expected:
+            raise UserError(f"{frames_path} holds {os.path.getsize(frames_path):,} bytes, not "
+                            f"the {expected:,} of this buffer: it belongs to a run with another "
+                            "capacity or frame size; use that run's settings or a new --root_dir.")
         try:
             self._frames = np.memmap(frames_path, np.uint8, mode,
                                      shape=(self.slots, *self.frame_shape))
@@ -102,6 +117,10 @@ class FrameFile:
 
     def restore(self, next_id):
         """Continues from a checkpoint's counter; refuses if needed frames were overwritten."""
+        if self.created and next_id > 0:
+            raise UserError(f"The replay frame file {self.path} is missing (it was created anew) "
+                            f"but the checkpoint's buffer needs its frames: restore the run "
+                            "directory's replay_frames/ with its checkpoints, or start anew.")
         newest_needed = next_id - 1
         oldest_needed = max(0, next_id - self.capacity)
         needed = np.arange(oldest_needed, next_id, dtype=np.int64)

@@ -103,6 +103,13 @@ class Codec:
         return tf.reshape(raw, [-1, *self.frame_shape])
 
 
+def _describe(spec):
+    """'float32 [4]' for a spec (a nest: 'nested observations'), for one-line errors."""
+    if tf.nest.is_nested(spec):
+        return 'nested observations'
+    return f'{tf.as_dtype(spec.dtype).name} {list(spec.shape)}'
+
+
 def _zlib_encode(frames):
     return np.array([zlib.compress(frame.tobytes(), 1) for frame in frames], dtype=object)
 
@@ -137,8 +144,14 @@ class FrameStackedReplay(tf.Module):
         if (tf.nest.is_nested(stack_spec) or stack_spec.dtype != tf.uint8
                 or stack_spec.shape.rank != 3 or stack_spec.shape[-1] != num_frames):
             raise UserError(f"run.frame_stack={num_frames} needs uint8 frames [H, W] from the "
-                            f"environment; its observations are {stack_spec}: use an image "
+                            f"environment, not {_describe(stack_spec)}: use an image "
                             "environment (e.g. ALE/Pong-v5) or run.frame_stack=1.")
+        if getattr(backend_class, 'windows_stay_in_episodes', False):
+            raise UserError(f"{backend_class.__name__} keeps sampled windows inside one episode, "
+                            f"so with run.frame_stack={num_frames} an episode's first "
+                            f"{num_frames - 1} steps (which need frames before them) would never "
+                            "be trained on: use UniformReplay, PrioritizedReplay or a Reverb "
+                            "backend.")
         frame_spec = tf.TensorSpec(stack_spec.shape[:-1], tf.uint8, name=stack_spec.name)
         self.codec = Codec(codec, frame_spec.shape, jpeg_quality)
         self.frame_file = None

@@ -1,10 +1,12 @@
 """Atari 2600 games through ale-py, preprocessed as DQN's papers do, one frame per step.
 
 `make_env(env_id='ALE/Pong-v5')` comes here. The standard preprocessing
-(Machado et al. 2018; Dopamine's `atari_lib`), each value a Gin option of
+(Mnih et al. 2015, Machado et al. 2018), each value a Gin option of
 `atari_env` (scope `eval/atari_env` for evaluation's copies):
 
-- up to `noop_max` no-op actions at the start of an episode (random number);
+- up to `noop_max` no-op actions at the start of an episode (random number; the
+  Nature paper's 30 by default, 0 in the Dopamine-style configs, which rely on
+  sticky actions instead);
 - `frame_skip` emulator frames per agent step, the last two max-pooled (the
   Atari draws some sprites only every other frame);
 - 84x84 grayscale uint8 frames (`screen_size`), resized with area averaging;

@@ -69,7 +69,8 @@ class _TrainingConfig:
       sample_ahead: sample the next batch while the current gradient step runs, so
         a second core (run.tf_threads=2) samples and decodes while the first trains
         (experiment/loop.py `Training`); with prioritized replay a batch is then drawn
-        before the previous step's priorities are written back.
+        before the previous step's priorities are written back. The distributed learner
+        reads batches from a prefetching dataset and does not need it.
     """
 
     make_agent: Callable = gin.REQUIRED
@@ -214,6 +215,10 @@ class OfflineConfig(_TrainingConfig):
     def __post_init__(self):
         _required('train_offline', 'dataset_dir', self.dataset_dir)
         self._check_common('train_offline', positive=('num_train_steps',))
+        if self.frame_stack != 1:
+            raise UserError("train_offline.frame_stack must be 1: offline datasets hold the "
+                            "observations the agent trains on, and pixel datasets are not "
+                            "supported yet.")
 
 
 def load(config_class):

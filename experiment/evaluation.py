@@ -13,6 +13,7 @@ import os
 import numpy as np
 import tensorflow as tf
 from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
 
 from agents import frame_stack
 from core.errors import UserError
@@ -90,16 +91,22 @@ def epsilon_actor(act, epsilon, action_spec, seed=0):
 
     Atari evaluation protocols act epsilon-greedily (Dopamine: 0.001) so that a greedy
     policy cannot stall a game forever (Breakout waits for FIRE until the 108k-frame cap).
+    The random stream restarts from `seed` whenever every copy starts an episode (the
+    start of `play_episodes`), so each play draws the same random numbers: candidates
+    confirmed on the same episodes stay comparable, and a resumed run replays them.
     """
     if not epsilon:
         return act
     if not np.issubdtype(action_spec.dtype, np.integer) or action_spec.shape != ():
-        raise UserError(f"An evaluation epsilon ({epsilon}) needs scalar discrete actions; "
-                        "this env's are continuous: set run.eval_epsilon=0.")
-    rng = np.random.default_rng(seed)
+        raise UserError(f"An evaluation epsilon ({epsilon}) needs one discrete action per "
+                        "step; this env's actions are not: set run.eval_epsilon=0.")
     low, high = int(action_spec.minimum), int(action_spec.maximum)
+    rng = np.random.default_rng(seed)
 
     def act_epsilon_greedy(time_step):
+        nonlocal rng
+        if np.all(np.asarray(time_step.step_type) == ts.StepType.FIRST):
+            rng = np.random.default_rng(seed)
         actions = np.asarray(act(time_step))
         explore = rng.random(actions.shape[0]) < epsilon
         if explore.any():
@@ -115,8 +122,12 @@ class Evaluator:
 
     def __init__(self, py_env, policy, epsilon=0.0, seed=0):
         self._env = py_env
-        self.act = epsilon_actor(greedy_actor(policy, py_env.observation_spec()), epsilon,
-                                 py_env.action_spec(), seed)
+        self._epsilon, self._seed = epsilon, seed
+        self.act = self.explore(greedy_actor(policy, py_env.observation_spec()))
+
+    def explore(self, act):
+        """`act` with this evaluation's epsilon (e.g. the exported best policy in the report)."""
+        return epsilon_actor(act, self._epsilon, self._env.action_spec(), self._seed)
 
     def __call__(self):
         """Returns (average return, average episode length) over the copies."""

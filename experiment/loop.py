@@ -64,15 +64,18 @@ class Collection:
         self._observers = list(observers)
         self._chunk_observers = list(chunk_observers)
         self._env_steps = env_steps
-        num_frames = frame_stack.frames_to_stack(collect_policy.time_step_spec.observation.shape,
-                                                 tf_env.observation_spec().shape)
-        if num_frames:
-            # The env yields single frames, the policy reads stacks: stack them per copy.
+        random_policy = random_tf_policy.RandomTFPolicy(
+            collect_policy.time_step_spec, tf_env.action_spec(),
+            info_spec=collect_policy.info_spec)
+        if frame_stack.frames_to_stack(collect_policy.time_step_spec.observation.shape,
+                                       tf_env.observation_spec().shape):
+            # The env yields single frames, the policy reads stacks: stack them per copy, in
+            # one ring that the random warm-up keeps filled too.
             collect_policy = frame_stack.FrameStackingPolicy(collect_policy,
                                                              tf_env.time_step_spec())
+            random_policy = frame_stack.FrameStackingPolicy(random_policy, tf_env.time_step_spec(),
+                                                            ring=collect_policy.ring)
         self.collect_policy = collect_policy
-        random_policy = random_tf_policy.RandomTFPolicy(
-            tf_env.time_step_spec(), tf_env.action_spec(), info_spec=collect_policy.info_spec)
         step_count = tf.TensorSpec([], tf.int32)
         self.collect_random = tf.function(
             lambda steps: self.run_policy(random_policy, steps), input_signature=[step_count])

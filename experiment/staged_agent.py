@@ -21,7 +21,7 @@ from tf_agents.trajectories import time_step as ts
 
 from core.errors import UserError
 from preprocessing import stage
-from preprocessing.transforms import RewardScaling
+from preprocessing.transforms import FeatureFunction, RewardScaling
 
 
 class StagedAgent:
@@ -67,6 +67,8 @@ def build_agent(make_agent, transforms, time_step_spec, action_spec, train_step,
         buffers/frames.py).
     """
     time_step_spec = stacked_time_step_spec(time_step_spec, frame_stack)
+    if frame_stack > 1:
+        _check_stage_takes_stacks(transforms)
     preprocessor = stage.build(transforms, time_step_spec, num_envs)
     if preprocessor is None:
         return make_agent(time_step_spec, action_spec, train_step)
@@ -84,14 +86,26 @@ def build_agent(make_agent, transforms, time_step_spec, action_spec, train_step,
     return StagedAgent(agent, preprocessor, time_step_spec, learns_statistics=not collects)
 
 
+def _check_stage_takes_stacks(transforms):
+    """Refuses transforms that learn from collected observations: with frame stacks the
+    collect loop sees single frames, not the stacks those statistics would describe."""
+    for transform in transforms:
+        if isinstance(transform, FeatureFunction) or getattr(transform, 'include_pixels', False):
+            raise UserError(f"{type(transform).__name__} learns from observations as collected, "
+                            "which are single frames with run.frame_stack > 1, not the stacks the "
+                            "agent sees: remove it (frames are scaled to [0, 1] by the network).")
+
+
 def stacked_time_step_spec(time_step_spec, frame_stack):
     """The time step spec of an agent that sees stacks of `frame_stack` env frames."""
     if frame_stack == 1:
         return time_step_spec
     frame = time_step_spec.observation
     if tf.nest.is_nested(frame) or frame.dtype != tf.uint8 or frame.shape.rank != 2:
+        what = ('nested' if tf.nest.is_nested(frame)
+                else f'{tf.as_dtype(frame.dtype).name} {list(frame.shape)}')
         raise UserError(f"run.frame_stack={frame_stack} stacks uint8 frames [H, W], but this "
-                        f"environment's observations are {frame}: use an image environment "
+                        f"environment's observations are {what}: use an image environment "
                         "(e.g. ALE/Pong-v5) or run.frame_stack=1.")
     stack = tensor_spec.BoundedTensorSpec([*frame.shape, frame_stack], tf.uint8, 0, 255,
                                           name=frame.name)

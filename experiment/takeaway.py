@@ -20,7 +20,7 @@ REPORT_SEED = 3_000_000
 EVALUATION_FILE = 'evaluation.json'
 
 
-def final_report(root_dir, env, final_act, best, say):
+def final_report(root_dir, env, final_act, best, say, explore=lambda act: act):
     """Plays `final_act` and the kept best policy on `env` from REPORT_SEED -> evaluation.json.
 
     Args:
@@ -29,13 +29,15 @@ def final_report(root_dir, env, final_act, best, say):
       final_act: the final greedy policy as a numpy `act`.
       best: the run's `BestPolicy` (or None).
       say: prints a line.
+      explore: wraps an `act` with the run's evaluation epsilon (run.eval_epsilon), so
+        the best policy is played as the final one is.
 
     Returns:
       The report dict (what evaluation.json holds).
     """
     players = {'final': final_act}
     if best is not None and best.best is not None:
-        players['best'] = saved_actor(best.directory)
+        players['best'] = explore(saved_actor(best.directory))
     report = {}
     for name, act in players.items():
         returns, lengths = play_episodes(env, act, seed=REPORT_SEED)
@@ -51,10 +53,10 @@ def final_report(root_dir, env, final_act, best, say):
     return report
 
 
-def final_video(root_dir, step, final_act, best):
+def final_video(root_dir, step, final_act, best, explore=lambda act: act):
     """One episode of the best policy (else the final one) under videos/; returns its path."""
     if best is not None and best.best is not None:
-        act, name = saved_actor(best.directory), 'best'
+        act, name = explore(saved_actor(best.directory)), 'best'
     else:
         act, name = final_act, 'final'
     return record_video(act, os.path.join(root_dir, 'videos', f'{name}_at_{step:08d}'),

@@ -325,13 +325,15 @@ class Trainer:
                 env = self.eval_env(self._config.final_eval_episodes, takeaway.REPORT_SEED)
                 try:
                     self.evaluation = takeaway.final_report(
-                        self.root_dir, env, self._evaluator.act, self._best, self.say)
+                        self.root_dir, env, self._evaluator.act, self._best, self.say,
+                        explore=self._evaluator.explore)
                 finally:
                     env.close()
         if self._config.final_video:
             with self.writing('the final video', step):
                 self.videos.last_path = self._try_video(lambda: takeaway.final_video(
-                    self.root_dir, step, self._evaluator.act, self._best)) \
+                    self.root_dir, step, self._evaluator.act, self._best,
+                    explore=self._evaluator.explore)) \
                     or self.videos.last_path
 
     def report(self, step, metrics):

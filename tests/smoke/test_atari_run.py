@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 
+import gin
 import pytest
 import tensorflow as tf
 
@@ -15,6 +16,13 @@ from tests.smoke.test_resume import latest_checkpoint_step, signal_after_checkpo
 from tests.smoke.test_train import ROOT, read_scalars
 
 PIXELS = ['--gin_file=configs/dqn_atari.gin', '--gin_file=configs/testing/tiny_pixels.gin']
+
+
+@pytest.fixture(scope='module', autouse=True)
+def clear_gin_afterwards():
+    """The pixel configs' bindings (a CNN) must not reach tests run later in this process."""
+    yield
+    gin.clear_config()
 
 
 @pytest.fixture(scope='module')

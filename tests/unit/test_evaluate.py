@@ -38,14 +38,20 @@ def test_a_policy_outside_a_run_needs_an_env_id(tmp_path):
 
 def test_evaluation_epsilon_takes_random_actions_at_that_rate():
     from tf_agents.specs import array_spec
+    from tf_agents.trajectories import time_step as ts
 
     from experiment.evaluation import epsilon_actor
 
     spec = array_spec.BoundedArraySpec((), np.int64, 0, 5)
     greedy = lambda time_step: np.zeros(1000, np.int64)  # noqa: E731
     assert epsilon_actor(greedy, 0.0, spec) is greedy
-    actions = np.concatenate([epsilon_actor(greedy, 0.1, spec, seed=1)(None) for _ in range(10)])
+    first = ts.TimeStep(np.zeros(1000, np.int32), None, None, None)
+    mid = first._replace(step_type=np.ones(1000, np.int32))
+    act = epsilon_actor(greedy, 0.1, spec, seed=1)
+    actions = np.concatenate([act(first)] + [act(mid) for _ in range(9)])
     explored = np.mean(actions != 0) * 6 / 5  # a random action is 0 one time in six
     assert 0.08 < explored < 0.12 and actions.max() <= 5
+    # Every play starts from the same random stream: the same episodes, the same draws.
+    np.testing.assert_array_equal(act(first), actions[:1000])
     with pytest.raises(UserError, match='discrete'):
         epsilon_actor(greedy, 0.1, array_spec.BoundedArraySpec((1,), np.float32, -1, 1))

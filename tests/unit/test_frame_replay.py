@@ -26,7 +26,7 @@ K = 4
 FRAME = (12, 12)
 NUM_ENVS = 2
 EPISODE_LENGTHS = (7, 5)  # rows per episode of copy 0 and 1, FIRST .. LAST
-BACKENDS = [UniformReplay, PrioritizedReplay, EpisodicReplay,
+BACKENDS = [UniformReplay, PrioritizedReplay,
             pytest.param(ReverbUniformReplay, marks=pytest.mark.reverb),
             pytest.param(ReverbPrioritizedReplay, marks=pytest.mark.reverb)]
 
@@ -125,7 +125,7 @@ def test_jpeg_codec_is_lossy_but_close():
     assert window.observation.dtype == tf.uint8 and window.observation.shape[-1] == K
 
 
-@pytest.mark.parametrize('backend_cls', [UniformReplay, PrioritizedReplay, EpisodicReplay])
+@pytest.mark.parametrize('backend_cls', [UniformReplay, PrioritizedReplay])
 def test_compressed_buffer_restores_exactly(backend_cls, tmp_path):
     buffer = _make(backend_cls, seed=1)
     _fill(buffer, 30)
@@ -145,6 +145,12 @@ def test_stack_windows_first_frame_fills_before_the_start():
     stacks = stack_windows(frames, step_type, K)[0, :, 0, 0, :].numpy()
     np.testing.assert_array_equal(stacks, [[4, 4, 4, 4], [4, 4, 4, 5], [4, 4, 5, 6],
                                            [4, 5, 6, 7]])
+
+
+def test_episodic_replay_is_refused_with_frame_stacks():
+    # Its windows stay inside an episode: an episode's first k - 1 steps would never train.
+    with pytest.raises(UserError, match='first 3 steps'):
+        _make(EpisodicReplay)
 
 
 def test_non_frame_observations_are_refused():
@@ -232,6 +238,12 @@ def test_memmap_storage_resumes_from_the_checkpoint_and_refuses_lost_frames(tmp_
         writer.add(step)
     with pytest.raises(UserError, match='lost'):
         tf.train.Checkpoint(replay=_memmap(tmp_path / 'frames').checkpoint_items()).restore(path)
+    # A run directory whose frame file is gone is refused as such, not trained on zeros.
+    with pytest.raises(UserError, match='missing'):
+        tf.train.Checkpoint(replay=_memmap(tmp_path / 'elsewhere').checkpoint_items()).restore(
+            path)
+    with pytest.raises(UserError, match='another capacity'):
+        _memmap(tmp_path / 'frames', capacity=30)
 
 
 def test_memmap_storage_needs_raw_frames_and_a_directory(tmp_path):
@@ -241,3 +253,19 @@ def test_memmap_storage_needs_raw_frames_and_a_directory(tmp_path):
     with pytest.raises(UserError, match='directory'):
         FrameStackedReplay(UniformReplay, _spec(), num_frames=K, capacity=100, codec='none',
                            storage='memmap')
+
+
+def test_the_warm_up_policy_keeps_the_collect_policys_ring_filled():
+    """Random warm-up and agent share one ring: the agent's first stack is complete."""
+    frame_spec = tensor_spec.BoundedTensorSpec(FRAME, tf.uint8, 0, 255)
+    stack_spec = tensor_spec.BoundedTensorSpec([*FRAME, K], tf.uint8, 0, 255)
+    action_spec = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 10**9)
+    inner = _ReadStack(ts.time_step_spec(stack_spec), action_spec)
+    agent = FrameStackingPolicy(inner, ts.time_step_spec(frame_spec))
+    warm_up = FrameStackingPolicy(inner, ts.time_step_spec(frame_spec), ring=agent.ring)
+    for index, step in enumerate(_stream(20)):
+        policy = warm_up if index < 10 else agent
+        time_step = ts.TimeStep(step.step_type, tf.zeros([NUM_ENVS]), tf.ones([NUM_ENVS]),
+                                step.observation)
+        expected = [_expected_code(int(s)) for s in step.action.numpy()]
+        np.testing.assert_array_equal(policy.action(time_step).action.numpy(), expected)
