@@ -211,9 +211,11 @@ def learner_rate(steps=50):
     configure_tf(0, 1)
     spec = tensor_spec.BoundedTensorSpec([84, 84, K], tf.uint8, 0, 255)
     action_spec = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 5)
+    # The agent of configs/dqn_atari.gin: DQN (not double), Nature CNN, Adam.
     agent = dqn.make_agent(ts.time_step_spec(spec), action_spec, tf.Variable(0, dtype=tf.int64),
                            conv_layer_params=((32, 8, 4), (64, 4, 2), (64, 3, 1)),
-                           fc_layer_params=(512,))
+                           fc_layer_params=(512,), double_dqn=False, learning_rate=6.25e-5,
+                           adam_epsilon=1.5e-4)
     batch = trajectory.Trajectory(
         step_type=tf.ones([32, 2], tf.int32), observation=tf.constant(
             np.random.default_rng(0).integers(0, 255, [32, 2, 84, 84, K]), tf.uint8),
