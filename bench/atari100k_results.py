@@ -13,6 +13,7 @@ its wall time. Runs still in progress are listed with the step they reached.
 
 import argparse
 import datetime
+import inspect
 import json
 import os
 import re
@@ -32,10 +33,17 @@ def _game(env_id):
     return env_id.split('/')[-1].split('-')[0]
 
 
+LOSSLESS = ('lz4', 'zlib')  # compressed storage that keeps every frame exact
+
+
 def _codec(run_dir):
+    """The replay codec a run used: its binding, else FrameStackedReplay's default."""
     with open(os.path.join(run_dir, 'config.gin')) as f:
         found = re.search(r"^FrameStackedReplay\.codec\s*=\s*['\"](\w+)['\"]", f.read(), re.M)
-    return found.group(1) if found else 'zlib'
+    if found:
+        return found.group(1)
+    from buffers.frames import FrameStackedReplay
+    return inspect.signature(FrameStackedReplay.__init__).parameters['codec'].default
 
 
 def _best_report(run_dir):
@@ -60,12 +68,12 @@ def markdown(rows, command):
         by_game.setdefault(_game(row['env_id']), []).append(row)
     for game, game_rows in sorted(by_game.items()):
         done = [row['report']['mean'] for row in game_rows
-                if row['finished'] and row['report'] and row['codec'] == 'zlib']
+                if row['finished'] and row['report'] and row['codec'] in LOSSLESS]
         published = [f'{value}' for value in PUBLISHED.get(game, ('—',) * 3)]
         mean = f'{np.mean(done):.1f}' if done else 'in progress'
         lines.append(f"| {game} | {len(done)} | {mean} | {' | '.join(published)} |")
-    lines += ['', 'Means over seeds use the default (zlib) storage; runs with other codecs are '
-              'listed below for the storage comparison.', '', '## Every run', '',
+    lines += ['', 'Means over seeds use lossless compressed storage (LZ4, the default, or zlib); '
+              'runs with raw or JPEG storage are listed below for the storage comparison.', '', '## Every run', '',
               '| game | seed | replay codec | env steps | final policy (100 episodes) | '
               'best policy | wall time |', '| --- | ---: | --- | ---: | ---: | ---: | ---: |']
     for row in rows:

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.atari_full_buffer --output docs/atari_full_buffer.md
 
-Runs train.py on Pong with the config's 1M zlib replay, fills it with 1M random-policy
+Runs train.py on Pong with the config's 1M LZ4 replay, fills it with 1M random-policy
 transitions (run.initial_collect_steps = 1M: the fastest way to a full buffer), then trains
 for a few thousand steps and writes the final checkpoint (the whole buffer included), and
 reports the process's peak RSS (VmHWM) and the checkpoint's size. About 15 minutes on one core.
@@ -62,7 +62,7 @@ def render(result, capacity):
     return '\n'.join([
         '## A full 1M-transition compressed replay (dqn_atari.gin, Pong)', '',
         f'Written by `python -m bench.atari_full_buffer` on {datetime.date.today().isoformat()}; '
-        'do not edit by hand. train.py filled the config\'s zlib replay with '
+        'do not edit by hand. train.py filled the config\'s LZ4 replay with '
         f'{capacity:,} random-policy transitions, trained {TRAIN_STEPS:,} env steps and wrote its '
         'final checkpoint (buffer included); peak RSS is the process\'s VmHWM, sampled every '
         'second. The bar is < 3 GB.', '',

@@ -1,4 +1,4 @@
-"""Pixels across processes: collectors write single zlib frames to the Reverb server, the
+"""Pixels across processes: collectors write single LZ4 frames to the Reverb server, the
 learner samples frame stacks from it (real roles, the tiny Pong config)."""
 
 import os

@@ -59,7 +59,7 @@ def test_exported_policy_takes_frame_stacks_and_evaluate_stacks_for_it(pixel_run
 
 
 def test_sigkill_resume_keeps_the_compressed_reverb_replay(tmp_path):
-    """Reverb storing zlib frames as strings: killed after a checkpoint, resumed, nothing lost."""
+    """Reverb storing LZ4 frames as strings: killed after a checkpoint, resumed, nothing lost."""
     root_dir = str(tmp_path / 'run')
     args = PIXELS + ['--gin_file=configs/buffers/reverb_uniform.gin',
                      '--gin_bindings=run.checkpoint_interval=160',
@@ -106,5 +106,5 @@ def test_the_atari100k_table_reads_the_run(pixel_run, tmp_path):
     os.symlink(root_dir, runs / 'pong_s1')
     atari100k_results.main(['--runs', str(runs), '--docs', str(tmp_path / 'docs')])
     text = (tmp_path / 'docs' / 'atari100k_results.md').read_text()
-    assert '| Pong | 1 |' in text  # finished, zlib: in the mean over seeds
-    assert '| Pong | 1 | zlib | 400 |' in text
+    assert '| Pong | 1 |' in text  # finished, lz4 (lossless): in the mean over seeds
+    assert '| Pong | 1 | lz4 | 400 |' in text
