@@ -137,9 +137,13 @@ def _lz4_encode(frames):
 
 
 def _lz4_decode(blobs, size):
-    """[M] stored strings -> [M * size] uint8; one join, one buffer."""
-    return np.frombuffer(b''.join(
-        lz4.block.decompress(blob[:-1], uncompressed_size=size) for blob in blobs), np.uint8)
+    """[M] stored strings -> [M * size] uint8, each frame decoded into its slice of one array."""
+    frames = np.empty(len(blobs) * size, np.uint8)
+    view = memoryview(frames)
+    for index, blob in enumerate(blobs):
+        view[index * size:(index + 1) * size] = lz4.block.decompress(
+            memoryview(blob)[:-1], uncompressed_size=size)
+    return frames
 
 
 class _CodecName(tf.train.experimental.PythonState):

@@ -61,16 +61,50 @@ def test_training_run_records_a_replay_dataset_and_snapshots(sac_run):
     assert snapshots == ['step_200', 'step_400']
 
 
-def test_medium_dataset_uses_the_snapshot_closest_to_the_target(sac_run, workdir):
+@pytest.fixture(scope='module')
+def medium_dataset(sac_run, workdir):
+    """A 'medium' dataset from the tiny run's step-200 snapshot."""
     root_dir, _ = sac_run
     with open(os.path.join(root_dir, 'policies', 'step_200', 'snapshot.json')) as f:
         target = json.load(f)['eval_return']
+    path = f'{workdir}/medium'
     metadata = cli.make_dataset_main(
-        ['--gin_file=configs/datasets/pendulum_medium.gin', f'--output_dir={workdir}/medium',
+        ['--gin_file=configs/datasets/pendulum_medium.gin', f'--output_dir={path}',
          f'--gin_bindings=make_dataset.run_dir="{root_dir}"',
          f'--gin_bindings=make_dataset.target_return={target}',
          '--gin_bindings=make_dataset.num_steps=400', '--gin_bindings=make_env.num_envs=2'])
+    return path, metadata
+
+
+def test_medium_dataset_uses_the_snapshot_closest_to_the_target(medium_dataset):
+    _, metadata = medium_dataset
     assert 'step_200' in metadata['source'] and metadata['num_steps'] == 2 * 201
+
+
+def test_offline_comparison_plays_behaviour_sac_and_cql_on_the_same_episodes(medium_dataset,
+                                                                              workdir):
+    """bench/offline_hopper.py's table, on a tiny Pendulum 'medium' dataset."""
+    from bench import offline_hopper
+    path, metadata = medium_dataset
+    runs = workdir / 'compare'
+    data = f'--gin_bindings=train_offline.dataset_dir="{path}"'
+    cli.train_main(TINY_CQL + [f'--root_dir={runs / "cql_s0"}', data])
+    cli.train_main(TINY_CQL + [f'--root_dir={runs / "sac_s0"}', data,
+                               '--gin_bindings=train_offline.make_agent=@sac.make_agent',
+                               '--gin_bindings=sac.make_agent.actor_fc_layer_params=(8, 8)',
+                               '--gin_bindings=sac.make_agent.critic_joint_fc_layer_params=(8, 8)'])
+    (runs / 'cql_s1').mkdir()  # a seed still training
+    output = workdir / 'offline.md'
+    offline_hopper.main(['--runs', str(runs), '--dataset', path, '--episodes', '3',
+                         '--output', str(output)])
+    text = output.read_text()
+    row = next(line for line in text.splitlines() if line.startswith('| 0 |'))
+    cells = [cell.strip() for cell in row.strip('|').split('|')]
+    behaviour, sac, cql = (float(cell.replace(',', '')) for cell in
+                           (cells[1].split(' / ')[1], cells[2], cells[3]))
+    assert -1800 < min(behaviour, sac, cql) and max(behaviour, sac, cql) < 0  # Pendulum returns
+    assert f"{metadata['average_return']:,.1f} / " in cells[1]
+    assert cells[6] in ('yes', 'no') and '| 1 | in progress |' in text
 
 
 def test_offline_cql_then_offline_to_online(random_dataset, workdir):
