@@ -73,7 +73,8 @@ def markdown(rows, command):
         mean = f'{np.mean(done):.1f}' if done else 'in progress'
         lines.append(f"| {game} | {len(done)} | {mean} | {' | '.join(published)} |")
     lines += ['', 'Means over seeds use lossless compressed storage (LZ4, the default, or zlib); '
-              'runs with raw or JPEG storage are listed below for the storage comparison.', '', '## Every run', '',
+              'runs with raw or JPEG storage are listed below for the storage comparison.', '',
+              '## Every run', '',
               '| game | seed | replay codec | env steps | final policy (100 episodes) | '
               'best policy | wall time |', '| --- | ---: | --- | ---: | ---: | ---: | ---: |']
     for row in rows:

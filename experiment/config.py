@@ -215,10 +215,6 @@ class OfflineConfig(_TrainingConfig):
     def __post_init__(self):
         _required('train_offline', 'dataset_dir', self.dataset_dir)
         self._check_common('train_offline', positive=('num_train_steps',))
-        if self.frame_stack != 1:
-            raise UserError("train_offline.frame_stack must be 1: offline datasets hold the "
-                            "observations the agent trains on, and pixel datasets are not "
-                            "supported yet.")
 
 
 def load(config_class):

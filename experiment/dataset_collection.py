@@ -14,6 +14,7 @@ from tf_agents.trajectories import trajectory as trajectory_lib
 
 from core.errors import UserError
 from envs.suite import make_env
+from experiment.evaluation import saved_actor
 from rlds_io import behaviour
 from rlds_io.episodes import EpisodeRecorder, episode_transitions
 from rlds_io.files import write_dataset
@@ -84,13 +85,13 @@ def _base_policy(kind, policy_dir, run_dir, target_return):
         if not policy_dir:
             raise UserError("make_dataset.kind='expert' needs make_dataset.policy_dir "
                             "(a run's policy/ directory).")
-        return behaviour.load_saved_policy(policy_dir), policy_dir
+        return saved_actor(policy_dir), policy_dir
     if kind == 'medium':
         if not run_dir or target_return is None:
             raise UserError("make_dataset.kind='medium' needs make_dataset.run_dir (a run with "
                             "policy snapshots) and make_dataset.target_return.")
         path, info = behaviour.find_snapshot(run_dir, target_return)
-        return behaviour.load_saved_policy(path), f"{path} (eval return {info['eval_return']:.1f})"
+        return saved_actor(path), f"{path} (eval return {info['eval_return']:.1f})"
     raise UserError(f"make_dataset.kind must be one of {', '.join(KINDS)}; got {kind!r} "
                     "(a 'replay' dataset is recorded by train.py: run.record_dataset=True).")
 

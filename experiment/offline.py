@@ -8,6 +8,8 @@ not checkpointed: a resumed run reloads it from disk, which gives the same
 buffer.
 """
 
+import functools
+import os
 import time
 
 import tensorflow as tf
@@ -17,7 +19,7 @@ from core import tags
 from experiment import config as config_lib
 from experiment import staged_agent
 from experiment.loop import ALL_FINITE, Training
-from experiment.trainer import Hook, Trainer, resume_seed
+from experiment.trainer import Hook, Trainer, build_backend, resume_seed
 from rlds_io.files import Dataset
 from rlds_io.importing import load_dataset_into_backend
 
@@ -47,10 +49,17 @@ def _train(trainer, config, dataset, seed):
     # No collection here: observation statistics follow the batches sampled from the dataset.
     agent = staged_agent.build_agent(
         config.make_agent, config.preprocessing, tf_env.time_step_spec(), tf_env.action_spec(),
-        trainer.train_step, num_envs=tf_env.batch_size, collects=False)
+        trainer.train_step, num_envs=tf_env.batch_size, collects=False,
+        frame_stack=config.frame_stack)
     num_steps = agent.train_sequence_length or 2
+    # With frame stacks (a pixel dataset holds one frame per step), replay keeps single frames
+    # (FrameStackedReplay.storage='memmap' puts them in root_dir/replay_frames) and samples stacks.
+    make_backend = functools.partial(
+        build_backend, config.replay_backend, frame_stack=config.frame_stack,
+        **({'directory': os.path.join(trainer.root_dir, 'replay_frames')}
+           if config.frame_stack > 1 else {}))
     backend = load_dataset_into_backend(
-        dataset, config.replay_backend, spec=agent.collect_data_spec,
+        dataset, make_backend, spec=agent.collect_data_spec,
         batch_size=config.batch_size, num_steps=num_steps, seed=seed, verbose=config.verbose)
     start_step = trainer.restore(trainer.train_step, **staged_agent.checkpoint_items(agent))
     if start_step > 0:

@@ -12,6 +12,7 @@ quiet_startup()
 def _fresh_gin_config():
     """Gin's config is process-global and pytest-xdist runs many modules in one worker, so a
     binding left by one module (an n-step of 3, a CNN) would otherwise reach the next module's
-    agents. Module scope, not function scope: module fixtures may bind a config their tests share."""
+    agents. Module scope, not function scope: module fixtures may bind a config their tests
+    share."""
     gin.clear_config()
     yield

@@ -108,3 +108,33 @@ def test_the_atari100k_table_reads_the_run(pixel_run, tmp_path):
     text = (tmp_path / 'docs' / 'atari100k_results.md').read_text()
     assert '| Pong | 1 |' in text  # finished, lz4 (lossless): in the mean over seeds
     assert '| Pong | 1 | lz4 | 400 |' in text
+
+
+@pytest.mark.parametrize('storage', ['memory', 'memmap'])
+def test_a_pixel_dataset_trains_offline_on_frame_stacks(pixel_run, tmp_path, storage):
+    """make_dataset plays the pixel policy (stacking its frames); offline DQN stores each frame
+    once and samples stacks, in RAM or in a memory-mapped file under the run directory."""
+    root_dir, _ = pixel_run
+    dataset = str(tmp_path / 'pong')
+    metadata = cli.make_dataset_main([
+        '--gin_file=configs/datasets/pong_expert.gin', f'--output_dir={dataset}',
+        f'--gin_bindings=make_dataset.policy_dir="{root_dir}/policy"',
+        '--gin_bindings=make_dataset.num_steps=150', '--gin_bindings=make_env.num_envs=2',
+        '--gin_bindings=atari_env.max_episode_frames=400'])
+    assert metadata['num_steps'] >= 150 and metadata['env_id'] == 'ALE/Pong-v5'
+    assert 'shape=(84, 84)' in metadata['observation_spec']  # single frames, not stacks
+    offline_dir = str(tmp_path / 'offline')
+    memmap = (['--gin_bindings=FrameStackedReplay.storage="memmap"',
+               '--gin_bindings=FrameStackedReplay.codec="none"'] if storage == 'memmap' else [])
+    metrics = cli.train_main([
+        '--gin_file=configs/dqn_atari_offline.gin',
+        '--gin_file=configs/testing/tiny_pixels_offline.gin',
+        f'--gin_bindings=train_offline.dataset_dir="{dataset}"', f'--root_dir={offline_dir}',
+        *memmap])
+    assert metrics['train_steps'] == 40 and metrics['dataset_steps'] == metadata['num_steps']
+    policy = tf.saved_model.load(os.path.join(offline_dir, 'policy'))
+    inputs = policy.signatures['action'].structured_input_signature[1]
+    observation = [spec for name, spec in inputs.items() if name.endswith('observation')][0]
+    assert observation.shape.as_list() == [None, 84, 84, 4]
+    frames_file = os.path.join(offline_dir, 'replay_frames', 'frames.u8')
+    assert os.path.isfile(frames_file) == (storage == 'memmap')
