@@ -48,6 +48,8 @@ class Checkpointer:
             try:
                 status = self._checkpoint.restore(path)
                 status.assert_existing_objects_matched()
+            except UserError:
+                raise  # the checkpoint is sound but does not fit this run (e.g. another codec)
             except Exception as error:  # noqa: BLE001  (any failure means unusable; say why)
                 failures.append((path, str(error).strip().splitlines()[0][:160]))
                 continue
