@@ -60,7 +60,7 @@ def compare_seed(seed, runs, snapshot, env_id, episodes, eval_seed):
                               env_id=env_id, episodes=episodes, seed=eval_seed)
     behaviour, sac, cql = (report['mean'] for report in result['policies'])
     return {'seed': seed, 'snapshot': behaviour, 'sac': sac, 'cql': cql,
-            'cql_minus_sac_ci95': result['differences'][1]['ci95'],
+            'cql_minus_snapshot_ci95': result['differences'][1]['ci95'],
             'cql_metrics': _finished(runs['cql']), 'sac_metrics': _finished(runs['sac'])}
 
 
@@ -76,13 +76,13 @@ def markdown(rows, pending, metadata, episodes, eval_seed, command):
              'snapshot\'s greedy return here. Bar: CQL-SAC above both the behaviour and '
              f'offline SAC by >= {MARGIN:.0%} of the behaviour return.', '',
              '| seed | behaviour (dataset / greedy snapshot) | offline SAC | CQL-SAC | '
-             'CQL-SAC − SAC (95% CI) | margin over the better of the two | bar met | '
+             'CQL-SAC − snapshot, paired (95% CI) | margin over the better of the two | bar met | '
              'CQL wall time (grad steps/s) |',
              '| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |']
     for row in rows:
         behaviour = max(data_return, row['snapshot'])
         margin = (row['cql'] - max(behaviour, row['sac'])) / behaviour
-        low, high = row['cql_minus_sac_ci95']
+        low, high = row['cql_minus_snapshot_ci95']
         cql = row['cql_metrics'] or {}
         wall = (f"{cql['wall_time_s'] / 3600:.2f} h ({cql['train_steps_per_sec']:.0f})"
                 if cql.get('wall_time_s') else '—')
