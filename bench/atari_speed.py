@@ -10,7 +10,9 @@ this machine), a 1,000-step warm-up, no evaluation, report or export. Each varia
 budgets and its rate is Δ env steps / Δ wall time (bench/dqn_speed.py's method), pinned to core
 0, or cores 0-1 for the two-core variant (run.tf_threads=2). "Gradient steps alone" is one
 Nature-CNN DQN step on a fixed batch of 32, timed in a loop on core 0: at 4 env steps per
-gradient step, the env steps/s a run would reach if everything else were free.
+gradient step, the env steps/s a run would reach if everything else were free. The
+overlapped variant collects each chunk on a second thread while the previous one trains
+(run.overlap_collection, experiment/loop.py `FusedLoop`).
 """
 
 import argparse
@@ -35,6 +37,9 @@ VARIANTS = [
     ('raw replay, 1 core', ['FrameStackedReplay.codec="none"'], '0'),
     ('LZ4 replay, 2 cores (run.tf_threads=2)', ['FrameStackedReplay.codec="lz4"',
                                                 'run.tf_threads=2'], '0-1'),
+    ('LZ4 replay, 2 cores, overlapped collection', ['FrameStackedReplay.codec="lz4"',
+                                                    'run.tf_threads=2',
+                                                    'run.overlap_collection=True'], '0-1'),
 ]
 FULL = (3_000, 13_000)
 QUICK = (1_200, 2_400)
@@ -83,7 +88,7 @@ def section(opts):
 
 
 def render(rates, gradient_steps, sb3, opts):
-    lz4, raw, two = (rates[name] for name, _, _ in VARIANTS)
+    lz4, raw, two, overlapped = (rates[name] for name, _, _ in VARIANTS)
     allowed = 4 * gradient_steps
     lines = ['## Atari DQN end to end (Pong, Nature settings)', '',
              f'Written by `python -m bench.atari_speed{" --quick" if opts.quick else ""}` on '
@@ -96,7 +101,9 @@ def render(rates, gradient_steps, sb3, opts):
              f'| gradient steps alone allow (4 × {gradient_steps:,.1f} steps/s) | {allowed:,.1f} | '
              f'LZ4 run reaches {lz4 / allowed:.0%} | >= 80% |',
              f'| LZ4 replay, 2 cores, run.tf_threads=2 | {two:,.1f} | {two / lz4:.2f}× the '
-             '1-core rate | >= 1.4× |']
+             '1-core rate | |',
+             f'| LZ4 replay, 2 cores, run.tf_threads=2, run.overlap_collection=True | '
+             f'{overlapped:,.1f} | {overlapped / lz4:.2f}× the 1-core rate | >= 1.4× |']
     if sb3:
         lines.append(f"| Stable-Baselines3 DQN (torch {sb3['torch']}, 1 core) | "
                      f"{sb3['rate']:,.1f} | ours (LZ4) {lz4 / sb3['rate']:.2f}× | >= 1.5× |")

@@ -260,6 +260,14 @@ class FrameStackedReplay(tf.Module):
     def update_priorities(self, keys, priorities):
         self.inner.update_priorities(keys, priorities)
 
+    def allow_concurrent_writes(self, steps):
+        """As the inner backend's (a frame is written before its step is counted)."""
+        if not hasattr(self.inner, 'allow_concurrent_writes'):
+            raise UserError(f"{type(self.inner).__name__} cannot be written while it samples "
+                            "(run.overlap_collection): use UniformReplay, or turn "
+                            "run.overlap_collection off.")
+        self.inner.allow_concurrent_writes(steps)
+
     def metrics(self):
         return self.inner.metrics()
 

@@ -14,6 +14,7 @@ import gin
 import tensorflow as tf
 
 from buffers.base import SampleInfo, validate_capacity
+from core.errors import UserError
 
 XLA_MAX_ROW_BYTES = 4096
 
@@ -62,6 +63,7 @@ class UniformReplay(tf.Module):
         self._num_sampled = tf.Variable(0, dtype=tf.int64, trainable=False, name='num_sampled')
         self._rng = tf.random.Generator.from_seed(seed)
         self._closed = False
+        self._write_guard = 0
         # XLA's CPU gather is ~1.7x slower than TF's own for large rows (28 KB image rows,
         # measured by `make bench`), so only buffers of small rows ask the loop to compile.
         self.supports_xla = type(self).supports_xla and (
@@ -76,21 +78,46 @@ class UniformReplay(tf.Module):
         return self._data_spec
 
     def add(self, trajectory):
-        """Writes one batched step `[num_envs, ...]` at the ring's write slot."""
+        """Writes one batched step `[num_envs, ...]` at the ring's write slot.
+
+        The count moves only after the rows are written, so a sampler on another
+        thread (run.overlap_collection) never reads a row that is not there yet.
+        """
         slot = self._num_adds % self._rows_per_env
         rows = slot * self._num_envs + tf.range(self._num_envs, dtype=tf.int64)
-        for var, value in zip(tf.nest.flatten(self._storage), tf.nest.flatten(trajectory)):
-            var.scatter_update(tf.IndexedSlices(value, rows))
-        self._num_adds.assign_add(1)
+        writes = [var.scatter_update(tf.IndexedSlices(value, rows))
+                  for var, value in zip(tf.nest.flatten(self._storage),
+                                        tf.nest.flatten(trajectory))]
+        with tf.control_dependencies(writes):
+            self._num_adds.assign_add(1)
+
+    def allow_concurrent_writes(self, steps):
+        """Lets a collector thread add up to `steps` steps per env copy during any sample.
+
+        Sampling then skips the oldest `steps` rows of a full ring: those are the
+        ones such a writer may be overwriting while a window is gathered. Call it
+        before the first `sample` is traced. Subclasses that keep more state than
+        the rows (prioritized replay's sum tree) refuse.
+        """
+        if type(self).sample is not UniformReplay.sample:
+            raise UserError(f"{type(self).__name__} cannot be written while it samples "
+                            "(run.overlap_collection): use UniformReplay, or turn "
+                            "run.overlap_collection off.")
+        if steps + 1 >= self._rows_per_env:
+            raise UserError(f"run.overlap_collection keeps the oldest {steps} steps per env "
+                            f"copy out of sampling, but the replay holds only "
+                            f"{self._rows_per_env} per copy: raise run.replay_capacity.")
+        self._write_guard = int(steps)
 
     def sample(self, batch_size, num_steps):
         """Draws `batch_size` windows of `num_steps` steps, uniformly.
 
         Only windows lying wholly inside the last `rows_per_env` steps are valid,
-        so a window never mixes overwritten and fresh rows.
+        so a window never mixes overwritten and fresh rows (nor, with concurrent
+        writes allowed, rows that may be overwritten while they are gathered).
         """
         num_adds = self._num_adds.read_value()
-        oldest = tf.maximum(num_adds - self._rows_per_env, 0)
+        oldest = tf.maximum(num_adds - self._rows_per_env + self._write_guard, 0)
         num_starts = tf.maximum(num_adds - num_steps + 1 - oldest, 1)
         start = oldest + self._rng.uniform([batch_size], 0, num_starts, dtype=tf.int64)
         env = self._rng.uniform([batch_size], 0, self._num_envs, dtype=tf.int64)

@@ -148,6 +148,14 @@ class RunConfig(_TrainingConfig):
       initialize_from: a run directory (e.g. an offline CQL-SAC run) whose
         latest checkpoint's agent weights this run starts from; its initial
         collection then uses that agent's collect policy, not random actions.
+      overlap_collection: collect the next chunk on a second thread while the
+        current chunk trains (experiment/loop.py `FusedLoop`), so a second core
+        (run.tf_threads=2) collects while the first trains. The replay ratio and
+        the chunk sizes stay; what changes: a chunk is collected with weights
+        that move while it runs (as in distributed collection), and the run is
+        no longer reproducible bit for bit (thread timing decides which weights
+        act and which steps a batch can draw). Needs UniformReplay (frame
+        stacks included); no gain on one core.
     """
 
     num_env_steps: int = 50_000
@@ -163,6 +171,7 @@ class RunConfig(_TrainingConfig):
     logged_dataset: Optional[str] = None
     logged_fraction: float = 0.25
     initialize_from: Optional[str] = None
+    overlap_collection: bool = False
 
     def __post_init__(self):
         self._check_common(
@@ -172,7 +181,7 @@ class RunConfig(_TrainingConfig):
             numbers={'importance_beta_start': (0.0, 1.0, 'closed'),
                      'logged_fraction': (0.0, 1.0, 'closed')},
             optional_numbers={'target_return': (-math.inf, math.inf, 'closed')},
-            flags=('stop_at_target_return', 'record_dataset'))
+            flags=('stop_at_target_return', 'record_dataset', 'overlap_collection'))
         if self.stop_at_target_return and self.target_return is None:
             raise UserError("run.stop_at_target_return=True needs run.target_return: set the "
                             "return that counts as solved.")

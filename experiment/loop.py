@@ -10,6 +10,8 @@ supports it. Python sees the loop only once per chunk, which is what makes the
 loop fast; summaries read counters between chunks, never per step.
 """
 
+from concurrent import futures
+
 import tensorflow as tf
 from tf_agents.policies import random_tf_policy
 from tf_agents.trajectories import time_step as ts
@@ -193,11 +195,18 @@ class Training:
 
 
 class FusedLoop:
-    """One compiled call per iteration: a collect chunk, then a train chunk."""
+    """One compiled call per iteration: a collect chunk, then a train chunk.
+
+    With `overlap_collection`, an iteration instead runs the collect chunk on a
+    collector thread while the train chunk runs on the caller's, and returns when
+    both are done: TF kernels release the GIL, so with two cores (and two TF
+    threads) the chunks overlap, while checkpoints, evaluations and summaries still
+    see the loop between iterations, at rest.
+    """
 
     def __init__(self, *, agent, tf_env, backend, observers, env_steps, batch_size, num_steps,
                  train_steps, use_xla, importance_beta=lambda: 1.0, chunk_observers=(),
-                 sample_ahead=False):
+                 sample_ahead=False, overlap_collection=False):
         """Builds (but does not trace) the compiled chunks.
 
         Args:
@@ -209,6 +218,9 @@ class FusedLoop:
           batch_size, num_steps, train_steps, use_xla, importance_beta, sample_ahead: as
             for `Training`.
           chunk_observers: as for `Collection`.
+          overlap_collection: collect and train each chunk side by side (see the class
+            doc); the backend must already allow concurrent writes
+            (`allow_concurrent_writes`).
         """
         self.collection = Collection(tf_env=tf_env, collect_policy=agent.collect_policy,
                                      observers=[backend.add, *observers], env_steps=env_steps,
@@ -224,7 +236,18 @@ class FusedLoop:
         # then the train chunk, which keeps its own XLA compilation when nested.
         self.iterate = agent_numerics_checked(tf.function(
             self._iterate, input_signature=[tf.TensorSpec([], tf.int32)]))
+        if overlap_collection:
+            self._collector = futures.ThreadPoolExecutor(max_workers=1,
+                                                         thread_name_prefix='collector')
+            self.iterate = self._overlapped_iterate
 
     def _iterate(self, steps):
         self.collection.run_policy(self.collection.collect_policy, steps)
         return self.training.compiled_train()
+
+    def _overlapped_iterate(self, steps):
+        collected = self._collector.submit(self.collect_with_agent, steps)
+        try:
+            return self.train()
+        finally:
+            collected.result()  # a collector's error surfaces here, in the caller

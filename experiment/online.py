@@ -61,6 +61,8 @@ def _train(trainer, config, seed):
     num_steps = agent.train_sequence_length or 2
     backend = _build_replay(config, trainer, agent, tf_env, num_envs=num_envs,
                             num_steps=num_steps)
+    if config.overlap_collection:
+        _allow_concurrent_writes(backend, config.collect_steps_per_iteration // num_envs)
     train_metrics = {
         tags.TRAIN_AVERAGE_RETURN: tf_metrics.AverageReturnMetric(batch_size=num_envs),
         tags.TRAIN_AVERAGE_EPISODE_LENGTH:
@@ -94,7 +96,8 @@ def _train(trainer, config, seed):
                      train_steps=config.train_steps_per_iteration, use_xla=config.use_xla,
                      importance_beta=importance_beta,
                      chunk_observers=staged_agent.chunk_observers(agent),
-                     sample_ahead=config.sample_ahead)
+                     sample_ahead=config.sample_ahead,
+                     overlap_collection=config.overlap_collection)
     trainer.start(start_step, budget=config.num_env_steps, policy=agent.policy,
                   eval_env=eval_env, config=config, target_return=config.target_return)
     summaries = TrainSummaries(
@@ -172,6 +175,16 @@ def _build_replay(config, trainer, agent, tf_env, *, num_envs, num_steps):
         num_steps=num_steps, seed=trainer.seed, verbose=config.verbose)
     return MixedReplay(backend, logged, logged_fraction=config.logged_fraction,
                        batch_size=config.batch_size)
+
+
+def _allow_concurrent_writes(backend, steps_per_chunk):
+    """Readies the backend for a collector thread writing while the learner samples."""
+    allow = getattr(backend, 'allow_concurrent_writes', None)
+    if allow is None:
+        raise UserError(f"run.overlap_collection needs a replay that can be written while it "
+                        f"samples; {type(backend).__name__} cannot: use UniformReplay, or turn "
+                        "run.overlap_collection off.")
+    allow(steps_per_chunk)
 
 
 def _collect_initial(trainer, loop, config, env_step, num_envs):

@@ -138,3 +138,19 @@ def test_a_pixel_dataset_trains_offline_on_frame_stacks(pixel_run, tmp_path, sto
     assert observation.shape.as_list() == [None, 84, 84, 4]
     frames_file = os.path.join(offline_dir, 'replay_frames', 'frames.u8')
     assert os.path.isfile(frames_file) == (storage == 'memmap')
+
+
+def test_overlapped_collection_trains_and_resumes_with_its_replay(tmp_path):
+    """run.overlap_collection: every chunk collected and trained, the buffer kept on resume."""
+    root_dir = str(tmp_path / 'run')
+    args = PIXELS + [f'--root_dir={root_dir}', '--gin_bindings=run.overlap_collection=True',
+                     '--gin_bindings=run.final_eval_episodes=0',
+                     '--gin_bindings=run.best_policy_episodes=0',
+                     '--gin_bindings=run.export_final_policy=False']
+    first = cli.train_main(args + ['--gin_bindings=run.num_env_steps=256'])
+    assert first['env_steps'] == 256 and first['buffer_size'] == 256
+    # 64 warm-up steps, then 12 chunks of 16 env steps, 4 gradient steps each.
+    assert first['train_steps'] == (256 - 64) // 16 * 4
+    resumed = cli.train_main(args + ['--gin_bindings=run.num_env_steps=384', '--force'])
+    assert resumed['env_steps'] == 384 and resumed['buffer_size'] == 384
+    assert resumed['train_steps'] == (384 - 64) // 16 * 4
