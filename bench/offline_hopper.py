@@ -8,10 +8,11 @@ configs/datasets/hopper_medium.gin). For every seed with both runs finished, the
 behaviour snapshot that made the dataset, plain SAC's final policy and CQL-SAC's final
 policy play the same --episodes seeded episodes (evaluate.py's comparison). Final
 policies, not the best ones: picking a checkpoint by its evaluation return would use the
-environment, which an offline method may not. The behaviour return is the larger of the
-dataset's own average (the snapshot with action noise, as it was collected) and the
-snapshot's greedy return on these episodes, so the bar (issue #15: CQL-SAC above both the
-behaviour policy and offline SAC by >= 20% of the behaviour return) is the stricter one.
+environment, which an offline method may not. The behaviour policy is the one that collected the
+dataset: the snapshot with the dataset's action noise, played on the same episodes; the bar
+(issue #15: CQL-SAC above both the behaviour policy and offline SAC by >= 20% of the behaviour
+return) is taken against it. The snapshot's greedy (noise-free) return and CQL-SAC's margin over
+it are shown beside it: the stricter reading, since acting greedily alone is worth ~10% here.
 Writes docs/offline_hopper.md.
 """
 
@@ -53,13 +54,33 @@ def behaviour_snapshot(dataset_dir):
     return metadata['source'].split(' (')[0], metadata
 
 
-def compare_seed(seed, runs, snapshot, env_id, episodes, eval_seed):
+def behaviour_return(snapshot, noise, env_id, episodes, eval_seed):
+    """Mean return of the snapshot acting as it did for the dataset (with its action noise)."""
+    import numpy as np
+
+    from envs.suite import make_env
+    from experiment.evaluation import play_episodes, saved_actor
+    from rlds_io.behaviour import BehaviourPolicy
+    env = make_env(env_id, num_envs=episodes, seed=eval_seed)
+    try:
+        act = BehaviourPolicy(env.action_spec(), saved_actor(snapshot),
+                              action_noise_stddev=noise, seed=eval_seed)
+        returns, _ = play_episodes(env, act, seed=eval_seed)
+    finally:
+        env.close()
+    return float(np.mean(returns))
+
+
+def compare_seed(seed, runs, snapshot, metadata, episodes, eval_seed):
     from experiment.evaluation import compare_policies
+    env_id = metadata['env_id']
     result = compare_policies([snapshot, os.path.join(runs['sac'], 'policy'),
                                os.path.join(runs['cql'], 'policy')],
                               env_id=env_id, episodes=episodes, seed=eval_seed)
-    behaviour, sac, cql = (report['mean'] for report in result['policies'])
-    return {'seed': seed, 'snapshot': behaviour, 'sac': sac, 'cql': cql,
+    greedy, sac, cql = (report['mean'] for report in result['policies'])
+    behaviour = behaviour_return(snapshot, metadata['action_noise_stddev'], env_id, episodes,
+                                 eval_seed)
+    return {'seed': seed, 'behaviour': behaviour, 'snapshot': greedy, 'sac': sac, 'cql': cql,
             'cql_minus_snapshot_ci95': result['differences'][1]['ci95'],
             'cql_metrics': _finished(runs['cql']), 'sac_metrics': _finished(runs['sac'])}
 
@@ -72,25 +93,28 @@ def markdown(rows, pending, metadata, episodes, eval_seed, command):
              f"episodes played by `{metadata['source']}` with action noise "
              f"{metadata['action_noise_stddev']} (average return {data_return:,.1f}). Every "
              f'policy below plays the same {episodes} seeded episodes (seed {eval_seed}); final '
-             'policies of each run. Behaviour = the larger of the dataset\'s average and the '
-             'snapshot\'s greedy return here. Bar: CQL-SAC above both the behaviour and '
-             f'offline SAC by >= {MARGIN:.0%} of the behaviour return.', '',
-             '| seed | behaviour (dataset / greedy snapshot) | offline SAC | CQL-SAC | '
-             'CQL-SAC − snapshot, paired (95% CI) | margin over the better of the two | bar met | '
-             'CQL wall time (grad steps/s) |',
-             '| ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: |']
+             'policies of each run. Behaviour policy = the snapshot with the dataset\'s action '
+             'noise (as it collected the data), on these episodes. Bar: CQL-SAC above both the '
+             f'behaviour policy and offline SAC by >= {MARGIN:.0%} of the behaviour return. The '
+             'greedy snapshot (the same policy without noise) is the stricter reference.', '',
+             '| seed | behaviour policy | offline SAC | CQL-SAC | margin over the better of the '
+             'two | bar met | greedy snapshot | CQL-SAC − greedy snapshot, paired (95% CI) | '
+             'margin over the greedy snapshot | CQL wall time (grad steps/s) |',
+             '| ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | ---: | ---: |']
     for row in rows:
-        behaviour = max(data_return, row['snapshot'])
+        behaviour = row['behaviour']
         margin = (row['cql'] - max(behaviour, row['sac'])) / behaviour
+        strict = (row['cql'] - max(row['snapshot'], row['sac'])) / row['snapshot']
         low, high = row['cql_minus_snapshot_ci95']
         cql = row['cql_metrics'] or {}
         wall = (f"{cql['wall_time_s'] / 3600:.2f} h ({cql['train_steps_per_sec']:.0f})"
                 if cql.get('wall_time_s') else '—')
-        lines.append(f"| {row['seed']} | {data_return:,.1f} / {row['snapshot']:,.1f} | "
-                     f"{row['sac']:,.1f} | {row['cql']:,.1f} | {low:+,.0f} to {high:+,.0f} | "
-                     f"{margin:+.0%} | {'yes' if margin >= MARGIN else 'no'} | {wall} |")
+        lines.append(f"| {row['seed']} | {behaviour:,.1f} | {row['sac']:,.1f} | "
+                     f"{row['cql']:,.1f} | {margin:+.0%} | {'yes' if margin >= MARGIN else 'no'} "
+                     f"| {row['snapshot']:,.1f} | {low:+,.0f} to {high:+,.0f} | {strict:+.0%} | "
+                     f"{wall} |")
     for seed in pending:
-        lines.append(f'| {seed} | in progress | | | | | | |')
+        lines.append(f'| {seed} | in progress | | | | | | | | |')
     return '\n'.join(lines) + '\n'
 
 
@@ -107,8 +131,7 @@ def main(argv=None):
     rows, pending = [], []
     for seed, runs in sorted(find_seeds(opts.runs).items()):
         if set(runs) == {'cql', 'sac'} and all(_finished(path) for path in runs.values()):
-            rows.append(compare_seed(seed, runs, snapshot, metadata['env_id'], opts.episodes,
-                                     opts.seed))
+            rows.append(compare_seed(seed, runs, snapshot, metadata, opts.episodes, opts.seed))
         else:
             pending.append(seed)
     command = (f'python -m bench.offline_hopper --runs {opts.runs} --dataset {opts.dataset}'

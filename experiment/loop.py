@@ -167,9 +167,12 @@ class Training:
         diagnostics = dict(self._agent.batch_diagnostics(experience))
         diagnostics['loss'] = (total_loss + loss) / float(self._train_steps)
         # One cheap number that is non-finite as soon as any weight is (divergence check).
+        # Floating-point variables only: the agent's int64 step counter is a tf.Variable
+        # with TF's default trainable=True, and counted here it made the "norm" grow with
+        # the step count.
         diagnostics['weight_norm'] = tf.sqrt(tf.add_n([
             tf.reduce_sum(tf.square(tf.cast(v, tf.float32)))
-            for v in self._agent.trainable_variables]))
+            for v in self._agent.trainable_variables if v.dtype.is_floating]))
         # One boolean for the trainer's divergence check: a single read per chunk.
         diagnostics[ALL_FINITE] = tf.reduce_all(
             [tf.reduce_all(tf.math.is_finite(tf.cast(value, tf.float32)))

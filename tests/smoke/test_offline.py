@@ -100,11 +100,12 @@ def test_offline_comparison_plays_behaviour_sac_and_cql_on_the_same_episodes(med
     text = output.read_text()
     row = next(line for line in text.splitlines() if line.startswith('| 0 |'))
     cells = [cell.strip() for cell in row.strip('|').split('|')]
-    behaviour, sac, cql = (float(cell.replace(',', '')) for cell in
-                           (cells[1].split(' / ')[1], cells[2], cells[3]))
-    assert -1800 < min(behaviour, sac, cql) and max(behaviour, sac, cql) < 0  # Pendulum returns
-    assert f"{metadata['average_return']:,.1f} / " in cells[1]
-    assert cells[6] in ('yes', 'no') and '| 1 | in progress |' in text
+    behaviour, sac, cql, greedy = (float(cells[index].replace(',', '')) for index in (1, 2, 3, 6))
+    returns = (behaviour, sac, cql, greedy)
+    assert -1800 < min(returns) and max(returns) < 0  # Pendulum returns
+    assert behaviour != greedy  # the behaviour policy acts with the dataset's noise
+    assert f"average return {metadata['average_return']:,.1f}" in text
+    assert cells[5] in ('yes', 'no') and '| 1 | in progress |' in text
 
 
 def test_offline_cql_then_offline_to_online(random_dataset, workdir):

@@ -1,6 +1,7 @@
 """run.sample_ahead: the next batch is sampled while a gradient step runs, nothing else changes."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
@@ -43,3 +44,15 @@ def test_sampling_ahead_trains_on_the_same_batches_in_the_same_order():
     assert float(plain_diagnostics['loss']) == float(ahead_diagnostics['loss'])
     assert plain_backend.metrics()['sampled'] == ahead_backend.metrics()['sampled'] == \
         STEPS * BATCH
+
+
+def test_the_weight_norm_diagnostic_counts_weights_not_the_step_counter():
+    agent, _, diagnostics = _trained(False)
+    agent.train_step_counter.assign(10**6)  # an int64 tf.Variable, trainable by TF's default
+    training = Training(agent=agent, backend=_trained(False)[1], batch_size=BATCH, num_steps=2,
+                        train_steps=1, use_xla=False)
+    norm = float(training.train()['weight_norm'])
+    weights = [v.numpy() for v in agent.trainable_variables if v.dtype.is_floating]
+    assert norm == pytest.approx(np.sqrt(sum((w.astype(np.float64) ** 2).sum()
+                                             for w in weights)), rel=1e-4)
+    assert norm < 1e3
