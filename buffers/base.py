@@ -66,6 +66,22 @@ class ReplayBackend(Protocol):
         """Releases resources; calling it twice is harmless."""
 
 
+def allow_concurrent_writes(backend, steps):
+    """Readies `backend` for a collector thread that writes while the learner samples
+    (run.overlap_collection), or refuses it in one line if it cannot be."""
+    allow = getattr(backend, 'allow_concurrent_writes', None)
+    if allow is None:
+        raise concurrent_writes_refused(backend)
+    allow(steps)
+
+
+def concurrent_writes_refused(backend):
+    """The one-line error for a backend that cannot be written while it samples."""
+    return UserError(f"{type(backend).__name__} cannot be written while it samples "
+                     "(run.overlap_collection): use UniformReplay, or turn "
+                     "run.overlap_collection off.")
+
+
 def check_priority_settings(scope, alpha, priority_epsilon):
     """Refuses prioritization settings that are not finite numbers >= 0 (one line)."""
     check(scope, {'alpha': alpha, 'priority_epsilon': priority_epsilon},

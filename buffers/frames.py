@@ -35,6 +35,7 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
+from buffers.base import allow_concurrent_writes
 from buffers.frame_file import FrameFile
 from core.errors import UserError
 
@@ -262,11 +263,7 @@ class FrameStackedReplay(tf.Module):
 
     def allow_concurrent_writes(self, steps):
         """As the inner backend's (a frame is written before its step is counted)."""
-        if not hasattr(self.inner, 'allow_concurrent_writes'):
-            raise UserError(f"{type(self.inner).__name__} cannot be written while it samples "
-                            "(run.overlap_collection): use UniformReplay, or turn "
-                            "run.overlap_collection off.")
-        self.inner.allow_concurrent_writes(steps)
+        allow_concurrent_writes(self.inner, steps)
 
     def metrics(self):
         return self.inner.metrics()

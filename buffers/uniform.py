@@ -13,7 +13,7 @@ observation is stored once, not twice as (obs, next_obs) pairs would be.
 import gin
 import tensorflow as tf
 
-from buffers.base import SampleInfo, validate_capacity
+from buffers.base import SampleInfo, concurrent_writes_refused, validate_capacity
 from core.errors import UserError
 
 XLA_MAX_ROW_BYTES = 4096
@@ -100,9 +100,7 @@ class UniformReplay(tf.Module):
         the rows (prioritized replay's sum tree) refuse.
         """
         if type(self).sample is not UniformReplay.sample:
-            raise UserError(f"{type(self).__name__} cannot be written while it samples "
-                            "(run.overlap_collection): use UniformReplay, or turn "
-                            "run.overlap_collection off.")
+            raise concurrent_writes_refused(self)
         if steps + 1 >= self._rows_per_env:
             raise UserError(f"run.overlap_collection keeps the oldest {steps} steps per env "
                             f"copy out of sampling, but the replay holds only "

@@ -13,6 +13,7 @@ import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 from tf_agents.metrics import tf_metrics
 
+from buffers.base import allow_concurrent_writes
 from buffers.mixing import MixedReplay
 from buffers.uniform import UniformReplay
 from core import tags
@@ -62,7 +63,7 @@ def _train(trainer, config, seed):
     backend = _build_replay(config, trainer, agent, tf_env, num_envs=num_envs,
                             num_steps=num_steps)
     if config.overlap_collection:
-        _allow_concurrent_writes(backend, config.collect_steps_per_iteration // num_envs)
+        allow_concurrent_writes(backend, config.collect_steps_per_iteration // num_envs)
     train_metrics = {
         tags.TRAIN_AVERAGE_RETURN: tf_metrics.AverageReturnMetric(batch_size=num_envs),
         tags.TRAIN_AVERAGE_EPISODE_LENGTH:
@@ -175,16 +176,6 @@ def _build_replay(config, trainer, agent, tf_env, *, num_envs, num_steps):
         num_steps=num_steps, seed=trainer.seed, verbose=config.verbose)
     return MixedReplay(backend, logged, logged_fraction=config.logged_fraction,
                        batch_size=config.batch_size)
-
-
-def _allow_concurrent_writes(backend, steps_per_chunk):
-    """Readies the backend for a collector thread writing while the learner samples."""
-    allow = getattr(backend, 'allow_concurrent_writes', None)
-    if allow is None:
-        raise UserError(f"run.overlap_collection needs a replay that can be written while it "
-                        f"samples; {type(backend).__name__} cannot: use UniformReplay, or turn "
-                        "run.overlap_collection off.")
-    allow(steps_per_chunk)
 
 
 def _collect_initial(trainer, loop, config, env_step, num_envs):

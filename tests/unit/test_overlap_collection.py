@@ -11,13 +11,13 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
 from agents import dqn
+from buffers.base import allow_concurrent_writes
 from buffers.frames import FrameStackedReplay
 from buffers.prioritized import PrioritizedReplay
 from buffers.uniform import UniformReplay
 from core.errors import UserError
 from envs.suite import make_env
 from experiment.loop import FusedLoop
-from experiment.online import _allow_concurrent_writes
 
 ROWS, WINDOW, GUARD = 16, 3, 8
 WIDTH = 5_000  # wide rows make a gather slow enough for writes to land during it
@@ -86,7 +86,7 @@ def test_windows_stay_whole_while_another_thread_writes():
 def test_backends_that_cannot_be_written_while_sampling_are_refused():
     prioritized = PrioritizedReplay(_spec(), capacity=ROWS, batch_size=8, num_steps=WINDOW)
     with pytest.raises(UserError, match='PrioritizedReplay cannot be written while it samples'):
-        _allow_concurrent_writes(prioritized, 8)
+        allow_concurrent_writes(prioritized, 8)
     with pytest.raises(UserError, match='raise run.replay_capacity'):
         UniformReplay(_spec(), capacity=ROWS, batch_size=8).allow_concurrent_writes(ROWS)
 
@@ -94,7 +94,7 @@ def test_backends_that_cannot_be_written_while_sampling_are_refused():
         pass
 
     with pytest.raises(UserError, match='NoConcurrency cannot'):
-        _allow_concurrent_writes(NoConcurrency(), 8)
+        allow_concurrent_writes(NoConcurrency(), 8)
 
 
 def test_frame_stacked_replay_passes_it_to_the_backend_that_stores_the_frames():
