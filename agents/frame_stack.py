@@ -75,17 +75,26 @@ class FrameStackingPolicy(tf_policy.TFPolicy):
 
 
 def stacking_actor(act, num_frames):
-    """A numpy `act` of stacks [N, H, W, k] as one of single frames [N, H, W]."""
+    """A numpy `act` of stacks [N, H, W, k] as one of single frames [N, H, W].
+
+    The stacks live per env copy, so the returned actor takes `rows` (the copies the time
+    step holds, in order; all of them when None) and evaluation can stop acting for copies
+    whose episode has ended (`takes_rows`, experiment/evaluation.py).
+    """
     ring = None
 
-    def act_on_frames(time_step):
+    def act_on_frames(time_step, rows=None):
         nonlocal ring
         frames = np.asarray(time_step.observation)
         first = np.asarray(time_step.step_type) == 0
-        if ring is None or ring.shape[0] != frames.shape[0]:
-            ring = np.repeat(frames[..., None], num_frames, axis=-1)
-        ring = np.concatenate([ring[..., 1:], frames[..., None]], axis=-1)
-        ring[first] = frames[first][..., None]
-        return act(time_step._replace(observation=ring.copy()))
+        if rows is None:
+            if ring is None or ring.shape[0] != frames.shape[0]:
+                ring = np.repeat(frames[..., None], num_frames, axis=-1)
+            rows = slice(None)
+        stacks = np.concatenate([ring[rows][..., 1:], frames[..., None]], axis=-1)
+        stacks[first] = frames[first][..., None]
+        ring[rows] = stacks
+        return act(time_step._replace(observation=stacks))
 
+    act_on_frames.takes_rows = True
     return act_on_frames

@@ -64,22 +64,37 @@ class BatchedGymnasiumEnvironment(py_environment.PyEnvironment):
         return self._time_step()
 
     def _step(self, action):
-        for index, env in enumerate(self._envs):
-            if self._step_type[index] == _LAST:
-                self._restart(index)  # auto-reset: this copy's action is ignored
-                continue
-            observation, reward, terminated, truncated, discount = env.step_gym(
-                action[index] if self._flat_action
-                else tf.nest.map_structure(lambda a, i=index: a[i], action))
-            self._reward[index] = reward
-            if terminated:
-                self._step_type[index], self._discount[index] = _LAST, 0.0
-            elif truncated:
-                self._step_type[index], self._discount[index] = _LAST, discount
-            else:
-                self._step_type[index], self._discount[index] = _MID, discount
-            self._set_observation(index, observation)
+        for index in range(self._num):
+            self._step_copy(index, action[index] if self._flat_action
+                            else tf.nest.map_structure(lambda a, i=index: a[i], action))
         return self._time_step()
+
+    def step_copies(self, rows, action):
+        """Steps only the copies listed in `rows` (`action` holds one row per listed copy).
+
+        The other copies are left alone and keep their last time step. Evaluation plays one
+        episode per copy and uses this once a copy's episode has ended: a stalled Atari game
+        then costs one copy per step, not the whole batch, until the 108k-frame cap.
+        """
+        for position, index in enumerate(rows):
+            self._step_copy(index, action[position] if self._flat_action
+                            else tf.nest.map_structure(lambda a, p=position: a[p], action))
+        self._current_time_step = self._time_step()
+        return self._current_time_step
+
+    def _step_copy(self, index, action):
+        if self._step_type[index] == _LAST:
+            self._restart(index)  # auto-reset: this copy's action is ignored
+            return
+        observation, reward, terminated, truncated, discount = self._envs[index].step_gym(action)
+        self._reward[index] = reward
+        if terminated:
+            self._step_type[index], self._discount[index] = _LAST, 0.0
+        elif truncated:
+            self._step_type[index], self._discount[index] = _LAST, discount
+        else:
+            self._step_type[index], self._discount[index] = _MID, discount
+        self._set_observation(index, observation)
 
     def _restart(self, index):
         self._set_observation(index, self._envs[index].reset_gym())

@@ -23,6 +23,11 @@ from experiment import eval_report
 def play_episodes(env, act, *, seed=None):
     """Plays one episode in each copy of a batched py env; returns (returns, lengths).
 
+    Copies whose episode has ended are no longer stepped nor acted for when the env can
+    step a subset of its copies (`step_copies`) and `act` can act for one (`takes_rows`):
+    a slow tail (one stalled game among 100) then costs one copy per step. Results do not
+    depend on it: each copy sees the same time steps and actions either way.
+
     Args:
       env: a batched py environment (`BatchedGymnasiumEnvironment`).
       act: time step (numpy, batched) -> actions (numpy).
@@ -37,13 +42,38 @@ def play_episodes(env, act, *, seed=None):
     returns = np.zeros(num, np.float64)
     lengths = np.zeros(num, np.int64)
     done = np.zeros(num, bool)
+    subsets = takes_rows(act) and hasattr(env, 'step_copies')
     while not done.all():
-        time_step = env.step(act(time_step))
+        if subsets and done.any():
+            rows = np.flatnonzero(~done)
+            acting = tf.nest.map_structure(lambda leaf: np.asarray(leaf)[rows], time_step)
+            time_step = env.step_copies(rows, act(acting, rows=rows))
+        else:
+            time_step = env.step(act(time_step))
         active = ~done
         returns += np.where(active, time_step.reward, 0.0)
         lengths += active
         done |= time_step.is_last()
     return returns, lengths
+
+
+def takes_rows(act):
+    """Whether `act(time_step, rows=indices)` acts for just those env copies.
+
+    Actors that keep state per env copy (frame stacks, the epsilon stream) say so with
+    a `takes_rows` attribute; stateless ones get it from `_stateless`.
+    """
+    return bool(getattr(act, 'takes_rows', False))
+
+
+def _stateless(act):
+    """`act` as an actor that takes `rows`: it keeps no per-copy state, so rows change nothing."""
+    def act_on(time_step, rows=None):
+        del rows
+        return act(time_step)
+
+    act_on.takes_rows = True
+    return act_on
 
 
 def greedy_actor(policy, env_observation_spec=None):
@@ -59,7 +89,7 @@ def greedy_actor(policy, env_observation_spec=None):
         tf.nest.map_structure(tf.convert_to_tensor, time_step)).numpy()
     num_frames = env_observation_spec is not None and frame_stack.frames_to_stack(
         policy.time_step_spec.observation.shape, env_observation_spec.shape)
-    return frame_stack.stacking_actor(act, num_frames) if num_frames else act
+    return frame_stack.stacking_actor(act, num_frames) if num_frames else _stateless(act)
 
 
 def saved_actor(policy_dir):
@@ -72,17 +102,19 @@ def saved_actor(policy_dir):
 
     act = load_saved_policy(policy_dir)
     if act.observation_shape is None:
-        return act
+        return _stateless(act)
     chosen = None
 
-    def act_on(time_step):
+    def act_on(time_step, rows=None):
         nonlocal chosen
         if chosen is None:  # the first time step shows what the env yields
             num_frames = frame_stack.frames_to_stack(
                 act.observation_shape, np.asarray(time_step.observation).shape[1:])
-            chosen = frame_stack.stacking_actor(act, num_frames) if num_frames else act
-        return chosen(time_step)
+            chosen = (frame_stack.stacking_actor(act, num_frames) if num_frames
+                      else _stateless(act))
+        return chosen(time_step, rows=rows)
 
+    act_on.takes_rows = True
     return act_on
 
 
@@ -102,18 +134,26 @@ def epsilon_actor(act, epsilon, action_spec, seed=0):
                         "step; this env's actions are not: set run.eval_epsilon=0.")
     low, high = int(action_spec.minimum), int(action_spec.maximum)
     rng = np.random.default_rng(seed)
+    num_copies = None
 
-    def act_epsilon_greedy(time_step):
-        nonlocal rng
-        if np.all(np.asarray(time_step.step_type) == ts.StepType.FIRST):
-            rng = np.random.default_rng(seed)
-        actions = np.asarray(act(time_step))
-        explore = rng.random(actions.shape[0]) < epsilon
+    def act_epsilon_greedy(time_step, rows=None):
+        nonlocal rng, num_copies
+        if rows is None:
+            num_copies = np.asarray(time_step.step_type).shape[0]
+            if np.all(np.asarray(time_step.step_type) == ts.StepType.FIRST):
+                rng = np.random.default_rng(seed)
+        actions = np.asarray(act(time_step, rows=rows) if takes_rows(act) else act(time_step))
+        # Draws for every copy, used for the listed ones: copy i gets the same numbers
+        # whether or not the others are still playing.
+        explore = rng.random(num_copies) < epsilon
         if explore.any():
-            actions = np.where(explore, rng.integers(low, high + 1, actions.shape[0]),
-                               actions).astype(actions.dtype)
+            random_actions = rng.integers(low, high + 1, num_copies)
+            if rows is not None:
+                explore, random_actions = explore[rows], random_actions[rows]
+            actions = np.where(explore, random_actions, actions).astype(actions.dtype)
         return actions
 
+    act_epsilon_greedy.takes_rows = takes_rows(act)
     return act_epsilon_greedy
 
 

@@ -55,3 +55,28 @@ def test_evaluation_epsilon_takes_random_actions_at_that_rate():
     np.testing.assert_array_equal(act(first), actions[:1000])
     with pytest.raises(UserError, match='discrete'):
         epsilon_actor(greedy, 0.1, array_spec.BoundedArraySpec((1,), np.float32, -1, 1))
+
+
+def test_copies_whose_episode_ended_are_no_longer_played_and_nothing_else_changes():
+    """A slow tail (one long episode among many) costs one copy per step, same results."""
+    from experiment.evaluation import epsilon_actor, play_episodes
+
+    acted_rows = []
+
+    def scripted(time_step, rows=None):  # stateless: leans the way the pole falls
+        observation = np.asarray(time_step.observation)
+        acted_rows.append(len(observation))
+        return (observation[:, 2] + 0.3 * observation[:, 3] > 0).astype(np.int64)
+
+    scripted.takes_rows = True
+    env = make_env('CartPole-v1', num_envs=6, seed=0)
+    spec = env.action_spec()
+    subset_returns, subset_lengths = play_episodes(
+        env, epsilon_actor(scripted, 0.2, spec, seed=3), seed=7)
+    subset_acted, acted_rows[:] = sum(acted_rows), []
+    full_returns, full_lengths = play_episodes(
+        env, epsilon_actor(lambda time_step: scripted(time_step), 0.2, spec, seed=3), seed=7)
+    np.testing.assert_array_equal(subset_returns, full_returns)
+    np.testing.assert_array_equal(subset_lengths, full_lengths)
+    assert len(set(full_lengths)) > 1  # the episodes did end at different steps
+    assert subset_acted == full_lengths.sum() < sum(acted_rows) == 6 * full_lengths.max()

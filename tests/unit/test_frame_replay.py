@@ -295,3 +295,15 @@ def test_the_warm_up_policy_keeps_the_collect_policys_ring_filled():
                                 step.observation)
         expected = [_expected_code(int(s)) for s in step.action.numpy()]
         np.testing.assert_array_equal(policy.action(time_step).action.numpy(), expected)
+
+
+def test_acting_for_some_copies_keeps_every_copys_stack():
+    """Evaluation stops acting for copies whose episode ended: the others' stacks go on."""
+    seen = []
+    act = stacking_actor(lambda step: seen.append(step.observation) or np.zeros(3), 2)
+    frame = lambda values: np.asarray(values, np.uint8).reshape(-1, 1, 1)  # noqa: E731
+    act(ts.TimeStep(np.zeros(3, np.int32), None, None, frame([1, 2, 3])))
+    act(ts.TimeStep(np.ones(2, np.int32), None, None, frame([5, 7])), rows=np.array([0, 2]))
+    act(ts.TimeStep(np.ones(1, np.int32), None, None, frame([9])), rows=np.array([2]))
+    np.testing.assert_array_equal(seen[1][:, 0, 0], [[1, 5], [3, 7]])
+    np.testing.assert_array_equal(seen[2][:, 0, 0], [[7, 9]])
