@@ -13,7 +13,10 @@ dataset: the snapshot with the dataset's action noise, played on the same episod
 (issue #15: CQL-SAC above both the behaviour policy and offline SAC by >= 20% of the behaviour
 return) is taken against it. The snapshot's greedy (noise-free) return and CQL-SAC's margin over
 it are shown beside it: the stricter reading, since acting greedily alone is worth ~10% here.
-Writes docs/offline_hopper.md.
+Writes docs/offline_hopper.md. The compared seeds and the dataset's description are also kept
+in docs/data/offline_hopper_runs.json (bench.run_archive), so seeds compared earlier, on
+another machine or before their run directories were lost, stay in the table as long as the
+dataset is the same one (same behaviour snapshot and size).
 """
 
 import argparse
@@ -22,10 +25,32 @@ import json
 import os
 import re
 
+from bench import run_archive
 from core import rundir
 from core.quiet import quiet_startup
 
 MARGIN = 0.2  # of the behaviour return
+ARCHIVE = os.path.join('docs', 'data', 'offline_hopper_runs.json')
+
+
+def _same_dataset(a, b):
+    return all(a.get(key) == b.get(key) for key in ('source', 'num_steps',
+                                                      'action_noise_stddev'))
+
+
+def archived_rows(path, metadata):
+    """The seeds compared before on this dataset (none when the dataset has changed)."""
+    if not os.path.isfile(path):
+        return []
+    with open(path) as f:
+        archive = json.load(f)
+    return archive['rows'] if _same_dataset(archive['dataset'], metadata) else []
+
+
+def save_archive(path, rows, metadata, command):
+    payload = {'generated_by': command, 'dataset': metadata, 'rows': rows}
+    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
+    rundir.atomic_write_text(path, json.dumps(payload, indent=1) + '\n')
 
 
 def _finished(run_dir):
@@ -125,17 +150,31 @@ def main(argv=None):
     parser.add_argument('--episodes', type=int, default=100)
     parser.add_argument('--seed', type=int, default=1000, help='the evaluation episodes\' seed')
     parser.add_argument('--output', default='docs/offline_hopper.md')
+    parser.add_argument('--archive', default=ARCHIVE)
     opts = parser.parse_args(argv)
     quiet_startup()
-    snapshot, metadata = behaviour_snapshot(opts.dataset)
-    rows, pending = [], []
-    for seed, runs in sorted(find_seeds(opts.runs).items()):
-        if set(runs) == {'cql', 'sac'} and all(_finished(path) for path in runs.values()):
-            rows.append(compare_seed(seed, runs, snapshot, metadata, opts.episodes, opts.seed))
+    if os.path.isdir(opts.dataset):
+        snapshot, metadata = behaviour_snapshot(opts.dataset)
+    elif os.path.isfile(opts.archive):  # the dataset is gone: the table from the archive
+        with open(opts.archive) as f:
+            metadata = json.load(f)['dataset']
+        snapshot = None
+    else:
+        raise SystemExit(f'no dataset at {opts.dataset} and no archive at {opts.archive}: make '
+                         'the dataset first (docs/offline_rl.md)')
+    fresh, pending = [], []
+    for seed, runs in sorted((find_seeds(opts.runs) if os.path.isdir(opts.runs) else {}).items()):
+        if snapshot and set(runs) == {'cql', 'sac'} and all(map(_finished, runs.values())):
+            fresh.append(compare_seed(seed, runs, snapshot, metadata, opts.episodes, opts.seed))
         else:
             pending.append(seed)
     command = (f'python -m bench.offline_hopper --runs {opts.runs} --dataset {opts.dataset}'
                + (f' --episodes {opts.episodes}' if opts.episodes != 100 else ''))
+    by_seed = {row['seed']: row for row in archived_rows(opts.archive, metadata)}
+    by_seed.update({row['seed']: row for row in fresh})
+    rows = [by_seed[seed] for seed in sorted(by_seed)]
+    pending = [seed for seed in pending if seed not in by_seed]
+    save_archive(opts.archive, rows, metadata, command)
     text = markdown(rows, pending, metadata, opts.episodes, opts.seed, command)
     rundir.atomic_write_text(opts.output, text)
     print(text)

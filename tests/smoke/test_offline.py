@@ -94,9 +94,9 @@ def test_offline_comparison_plays_behaviour_sac_and_cql_on_the_same_episodes(med
                                '--gin_bindings=sac.make_agent.actor_fc_layer_params=(8, 8)',
                                '--gin_bindings=sac.make_agent.critic_joint_fc_layer_params=(8, 8)'])
     (runs / 'cql_s1').mkdir()  # a seed still training
-    output = workdir / 'offline.md'
+    output, archive = workdir / 'offline.md', str(workdir / 'offline_runs.json')
     offline_hopper.main(['--runs', str(runs), '--dataset', path, '--episodes', '3',
-                         '--output', str(output)])
+                         '--output', str(output), '--archive', archive])
     text = output.read_text()
     row = next(line for line in text.splitlines() if line.startswith('| 0 |'))
     cells = [cell.strip() for cell in row.strip('|').split('|')]
@@ -106,6 +106,10 @@ def test_offline_comparison_plays_behaviour_sac_and_cql_on_the_same_episodes(med
     assert behaviour != greedy  # the behaviour policy acts with the dataset's noise
     assert f"average return {metadata['average_return']:,.1f}" in text
     assert cells[5] in ('yes', 'no') and '| 1 | in progress |' in text
+    # Neither the runs nor the dataset survive the machine: the archived comparison does.
+    offline_hopper.main(['--runs', str(workdir / 'gone'), '--dataset', str(workdir / 'gone'),
+                         '--episodes', '3', '--output', str(output), '--archive', archive])
+    assert row in output.read_text().splitlines()
 
 
 def test_offline_cql_then_offline_to_online(random_dataset, workdir):
