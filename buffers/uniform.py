@@ -91,6 +91,29 @@ class UniformReplay(tf.Module):
         with tf.control_dependencies(writes):
             self._num_adds.assign_add(1)
 
+    @property
+    def accepts_steps(self):
+        """Whether `add_steps` may be used: one env copy, and rows are all `add` writes."""
+        return self._num_envs == 1 and type(self).add is UniformReplay.add
+
+    def add_steps(self, steps):
+        """Writes `T` consecutive steps of the one env copy, `[T, ...]`, as T `add`s would.
+
+        Loading a dataset (rlds_io.importing) goes through here in chunks: one `add` per
+        step costs ~0.2 ms of graph-loop overhead, four minutes for a 1M-step dataset.
+        """
+        if not self.accepts_steps:
+            raise NotImplementedError(f"{type(self).__name__}.add_steps needs num_envs=1 and "
+                                      "UniformReplay's own add.")
+        count = tf.shape(tf.nest.flatten(steps)[0], out_type=tf.int64)[0]
+        tf.debugging.assert_less_equal(count, tf.cast(self._rows_per_env, tf.int64),
+                                       message='add_steps: more steps than the ring holds')
+        rows = (self._num_adds + tf.range(count, dtype=tf.int64)) % self._rows_per_env
+        writes = [var.scatter_update(tf.IndexedSlices(value, rows))
+                  for var, value in zip(tf.nest.flatten(self._storage), tf.nest.flatten(steps))]
+        with tf.control_dependencies(writes):
+            self._num_adds.assign_add(count)
+
     def allow_concurrent_writes(self, steps):
         """Lets a collector thread add up to `steps` steps per env copy during any sample.
 

@@ -131,8 +131,9 @@ class Dataset:
 
     def count_steps(self):
         """Counts the stored steps by reading them (what an import must match)."""
-        lengths = self.episodes().map(
-            lambda e: e['steps'].reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+        # Whole episodes at once: a per-step reduce costs ~60 us a step (a minute per 1M).
+        lengths = self.episodes().map(lambda e: tf.shape(
+            e['steps'].batch(2**31 - 1).get_single_element()['is_last'], out_type=tf.int64)[0])
         return int(lengths.reduce(tf.constant(0, tf.int64), lambda a, b: a + b).numpy())
 
     def check_specs(self, time_step_spec, action_spec):

@@ -149,6 +149,26 @@ def test_every_backend_takes_the_whole_dataset(cartpole_dataset, backend_cls):
         backend.close()
 
 
+@pytest.mark.parametrize('capacity, chunk', [(None, 4096), (100, 64)])
+def test_loading_in_chunks_stores_what_loading_step_by_step_does(cartpole_dataset, monkeypatch,
+                                                                  capacity, chunk):
+    """UniformReplay.add_steps (dataset loading) against one add per step, also past a wrap."""
+    class OneByOne(UniformReplay):
+        accepts_steps = False
+
+    path, _, metadata, env = cartpole_dataset
+    monkeypatch.setattr(importing, 'LOAD_CHUNK', chunk)
+    backends = [cls(_trajectory_spec(env), capacity=capacity or metadata['num_steps'],
+                    num_envs=1, batch_size=8, num_steps=2, seed=0)
+                for cls in (UniformReplay, OneByOne)]
+    added = [importing._add_all(importing.trajectories(Dataset(path)), b) for b in backends]
+    assert added[0] == added[1] == metadata['num_steps']
+    chunked, one_by_one = backends
+    assert chunked.accepts_steps and int(chunked._num_adds) == metadata['num_steps']
+    for a, b in zip(tf.nest.flatten(chunked._storage), tf.nest.flatten(one_by_one._storage)):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
 def test_backend_import_checks_the_count(cartpole_dataset):
     path, _, _, env = cartpole_dataset
     small = UniformReplay(_trajectory_spec(env), capacity=100, num_envs=1, batch_size=8,
