@@ -140,6 +140,9 @@ class RunConfig(_TrainingConfig):
       policy_snapshot_interval: env steps between snapshots of the greedy policy
         (with their eval return) under root_dir/policies/; 0 = none. They are
         the behaviour policies of 'medium' datasets (make_dataset.py).
+      snapshot_collect_policy: snapshots also export the collect (exploring)
+        policy, under policies/step_<N>/collect/: the stochastic SAC policy that
+        D4RL's 'medium' datasets are played by (make_dataset.behaviour_policy).
       record_dataset: record every collected episode and write them at the end
         as an RLDS dataset in root_dir/dataset (the 'replay' dataset kind).
       logged_dataset: an RLDS dataset directory mixed into every batch
@@ -167,6 +170,7 @@ class RunConfig(_TrainingConfig):
     target_return: Optional[float] = None
     stop_at_target_return: bool = False
     policy_snapshot_interval: int = 0
+    snapshot_collect_policy: bool = False
     record_dataset: bool = False
     logged_dataset: Optional[str] = None
     logged_fraction: float = 0.25
@@ -181,7 +185,11 @@ class RunConfig(_TrainingConfig):
             numbers={'importance_beta_start': (0.0, 1.0, 'closed'),
                      'logged_fraction': (0.0, 1.0, 'closed')},
             optional_numbers={'target_return': (-math.inf, math.inf, 'closed')},
-            flags=('stop_at_target_return', 'record_dataset', 'overlap_collection'))
+            flags=('stop_at_target_return', 'record_dataset', 'overlap_collection',
+                   'snapshot_collect_policy'))
+        if self.snapshot_collect_policy and not self.policy_snapshot_interval:
+            raise UserError("run.snapshot_collect_policy=True exports the collect policy with "
+                            "each policy snapshot: set run.policy_snapshot_interval too.")
         if self.stop_at_target_return and self.target_return is None:
             raise UserError("run.stop_at_target_return=True needs run.target_return: set the "
                             "return that counts as solved.")

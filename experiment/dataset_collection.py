@@ -24,8 +24,8 @@ KINDS = ('random', 'expert', 'medium')
 
 @gin.configurable(denylist=['output_dir', 'seed'])
 def make_dataset(output_dir, seed=0, *, kind='random', policy_dir=None, run_dir=None,
-                 target_return=None, num_steps=50_000, random_action_probability=0.0,
-                 action_noise_stddev=0.0, verbose=True):
+                 target_return=None, behaviour_policy='greedy', num_steps=50_000,
+                 random_action_probability=0.0, action_noise_stddev=0.0, verbose=True):
     """Plays a behaviour policy in `make_env`'s env until `num_steps` steps of whole episodes.
 
     Args:
@@ -37,6 +37,10 @@ def make_dataset(output_dir, seed=0, *, kind='random', policy_dir=None, run_dir=
       policy_dir: a SavedModel policy (a run's policy/ or policy_best/), for 'expert'.
       run_dir: a training run with policy snapshots, for 'medium'.
       target_return: the eval return the 'medium' snapshot should have.
+      behaviour_policy: which of the 'medium' snapshot's policies plays:
+        'greedy' (its mean action) or 'collect' (its own exploring policy, as
+        D4RL's medium datasets are played by the stochastic SAC policy; the
+        run must export it: run.snapshot_collect_policy=True).
       num_steps: RLDS steps to collect at least (whole episodes only).
       random_action_probability: chance per step of a uniform-random action.
       action_noise_stddev: Gaussian noise on continuous actions, as a fraction
@@ -46,7 +50,7 @@ def make_dataset(output_dir, seed=0, *, kind='random', policy_dir=None, run_dir=
     Returns:
       The dataset's metadata (counts, behaviour return), also in collection.json.
     """
-    base, source = _base_policy(kind, policy_dir, run_dir, target_return)
+    base, source = _base_policy(kind, policy_dir, run_dir, target_return, behaviour_policy)
     env = make_env(seed=seed)
     policy = behaviour.BehaviourPolicy(
         env.action_spec(), base, random_action_probability=random_action_probability,
@@ -59,6 +63,7 @@ def make_dataset(output_dir, seed=0, *, kind='random', policy_dir=None, run_dir=
         metadata={'kind': kind, 'source': source, 'seed': seed,
                   'random_action_probability': random_action_probability,
                   'action_noise_stddev': action_noise_stddev,
+                  'behaviour_policy': behaviour_policy if kind == 'medium' else None,
                   'env_id': gin.query_parameter('make_env.env_id')
                   if _bound('make_env.env_id') else None})
     env.close()
@@ -78,7 +83,7 @@ def _bound(name):
         return False
 
 
-def _base_policy(kind, policy_dir, run_dir, target_return):
+def _base_policy(kind, policy_dir, run_dir, target_return, behaviour_policy):
     if kind == 'random':
         return None, 'uniform random actions'
     if kind == 'expert':
@@ -91,7 +96,8 @@ def _base_policy(kind, policy_dir, run_dir, target_return):
             raise UserError("make_dataset.kind='medium' needs make_dataset.run_dir (a run with "
                             "policy snapshots) and make_dataset.target_return.")
         path, info = behaviour.find_snapshot(run_dir, target_return)
-        return saved_actor(path), f"{path} (eval return {info['eval_return']:.1f})"
+        return (saved_actor(behaviour.snapshot_policy_dir(path, behaviour_policy)),
+                f"{path} (eval return {info['eval_return']:.1f})")
     raise UserError(f"make_dataset.kind must be one of {', '.join(KINDS)}; got {kind!r} "
                     "(a 'replay' dataset is recorded by train.py: run.record_dataset=True).")
 

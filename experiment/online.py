@@ -100,7 +100,9 @@ def _train(trainer, config, seed):
                      sample_ahead=config.sample_ahead,
                      overlap_collection=config.overlap_collection)
     trainer.start(start_step, budget=config.num_env_steps, policy=agent.policy,
-                  eval_env=eval_env, config=config, target_return=config.target_return)
+                  eval_env=eval_env, config=config, target_return=config.target_return,
+                  snapshot_collect_policy=(agent.collect_policy
+                                           if config.snapshot_collect_policy else None))
     summaries = TrainSummaries(
         trainer.writer, agent=agent, backend=backend, train_metrics=train_metrics,
         train_step=trainer.train_step, extra=lambda: staged_agent.summaries(agent, 'scalar'),

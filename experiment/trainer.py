@@ -92,6 +92,7 @@ class Trainer:
         self._checkpointer = None
         self._evaluator = None
         self._policy = None
+        self._snapshot_collect_policy = None
         self._target_return = None
         self._config = None
         self._best = None
@@ -130,14 +131,17 @@ class Trainer:
                          f"{int(step_counter.numpy()):,}.")
         return int(step_counter.numpy())
 
-    def start(self, step, *, budget, policy, eval_env, config, target_return=None):
+    def start(self, step, *, budget, policy, eval_env, config, target_return=None,
+              snapshot_collect_policy=None):
         """Opens TensorBoard and progress at `step`; `policy` is evaluated on `eval_env`.
 
         `config` (the mode's `_TrainingConfig`) says whether to keep a best policy,
-        record videos and write the end-of-run report.
+        record videos and write the end-of-run report. Policy snapshots also
+        export `snapshot_collect_policy`, if given.
         """
         self.start_step = step
         self._policy = policy
+        self._snapshot_collect_policy = snapshot_collect_policy
         self._evaluator = Evaluator(eval_env, policy, config.eval_epsilon, self.seed + 20_000)
         self._target_return = target_return
         self._config = config
@@ -230,7 +234,8 @@ class Trainer:
             self.evaluate(step)
         with self.writing('a policy snapshot', step):
             export_snapshot(self._policy, self.root_dir, step, self.train_step,
-                            self.run_state.last_eval_return)
+                            self.run_state.last_eval_return,
+                            collect_policy=self._snapshot_collect_policy)
 
     # -- The loop -------------------------------------------------------------------------------
 

@@ -14,7 +14,9 @@ import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
 from core.errors import UserError
-from core.export import SNAPSHOT_FILE
+from core.export import COLLECT_POLICY_DIR, SNAPSHOT_FILE
+
+SNAPSHOT_POLICIES = ('greedy', 'collect')
 
 
 class BehaviourPolicy:
@@ -96,3 +98,18 @@ def find_snapshot(run_dir, target_return):
             "snapshots first (see docs/offline_rl.md).")
     info, path = min(found, key=lambda item: abs(item[0]['eval_return'] - target_return))
     return path, info
+
+
+def snapshot_policy_dir(snapshot_dir, which):
+    """The SavedModel directory of a snapshot's 'greedy' or 'collect' policy."""
+    if which not in SNAPSHOT_POLICIES:
+        raise UserError(f"make_dataset.behaviour_policy must be one of "
+                        f"{', '.join(SNAPSHOT_POLICIES)}; got {which!r}.")
+    if which == 'greedy':
+        return snapshot_dir
+    path = os.path.join(snapshot_dir, COLLECT_POLICY_DIR)
+    if not os.path.isdir(path):
+        raise UserError(f"The snapshot {snapshot_dir} holds no collect policy: train its run "
+                        "with run.snapshot_collect_policy=True, or set "
+                        "make_dataset.behaviour_policy='greedy'.")
+    return path

@@ -107,8 +107,8 @@ def _add_all(trajectory_dataset, backend):
     @tf.function
     def add_all():
         count = tf.constant(0, tf.int64)
-        for trajectory in trajectory_dataset:
-            backend.add(tf.nest.map_structure(lambda x: x[None], trajectory))
+        for step in trajectory_dataset:
+            backend.add(tf.nest.map_structure(lambda x: x[None], step))
             count += 1
         return count
 

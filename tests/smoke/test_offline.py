@@ -29,6 +29,7 @@ def sac_run(workdir):
     metrics = cli.train_main(TINY_SAC + [f'--root_dir={root_dir}',
                                      '--gin_bindings=run.num_env_steps=404',
                                      '--gin_bindings=run.policy_snapshot_interval=200',
+                                     '--gin_bindings=run.snapshot_collect_policy=True',
                                      '--gin_bindings=run.record_dataset=True'])
     return root_dir, metrics
 
@@ -63,7 +64,7 @@ def test_training_run_records_a_replay_dataset_and_snapshots(sac_run):
 
 @pytest.fixture(scope='module')
 def medium_dataset(sac_run, workdir):
-    """A 'medium' dataset from the tiny run's step-200 snapshot."""
+    """A 'medium' dataset from the tiny run's step-200 snapshot, played as D4RL's are."""
     root_dir, _ = sac_run
     with open(os.path.join(root_dir, 'policies', 'step_200', 'snapshot.json')) as f:
         target = json.load(f)['eval_return']
@@ -72,13 +73,36 @@ def medium_dataset(sac_run, workdir):
         ['--gin_file=configs/datasets/pendulum_medium.gin', f'--output_dir={path}',
          f'--gin_bindings=make_dataset.run_dir="{root_dir}"',
          f'--gin_bindings=make_dataset.target_return={target}',
-         '--gin_bindings=make_dataset.num_steps=400', '--gin_bindings=make_env.num_envs=2'])
+         '--gin_bindings=make_dataset.num_steps=400', '--gin_bindings=make_env.num_envs=2',
+         "--gin_bindings=make_dataset.behaviour_policy='collect'",
+         '--gin_bindings=make_dataset.action_noise_stddev=0.0'])
     return path, metadata
 
 
 def test_medium_dataset_uses_the_snapshot_closest_to_the_target(medium_dataset):
     _, metadata = medium_dataset
     assert 'step_200' in metadata['source'] and metadata['num_steps'] == 2 * 201
+    assert metadata['behaviour_policy'] == 'collect'
+
+
+def test_snapshots_export_the_collect_policy_that_samples(sac_run):
+    from tf_agents.trajectories import time_step as ts
+
+    from rlds_io.behaviour import load_saved_policy, snapshot_policy_dir
+    snapshot = os.path.join(sac_run[0], 'policies', 'step_200')
+    with open(os.path.join(snapshot, 'snapshot.json')) as f:
+        assert json.load(f)['collect_policy'] is True
+    time_step = ts.TimeStep(step_type=np.ones(64, np.int32), reward=np.zeros(64, np.float32),
+                            discount=np.ones(64, np.float32),
+                            observation=np.tile(np.float32([[1.0, 0.0, 0.0]]), (64, 1)))
+    greedy = load_saved_policy(snapshot_policy_dir(snapshot, 'greedy'))(time_step)
+    collect = load_saved_policy(snapshot_policy_dir(snapshot, 'collect'))(time_step)
+    assert np.ptp(greedy) == 0 and np.ptp(collect) > 0.1  # the same state, sampled actions
+    with pytest.raises(UserError, match="holds no collect policy: train its run with "
+                                        "run.snapshot_collect_policy=True"):
+        snapshot_policy_dir(os.path.join(snapshot, 'collect'), 'collect')
+    with pytest.raises(UserError, match="behaviour_policy must be one of greedy, collect"):
+        snapshot_policy_dir(snapshot, 'mean')
 
 
 def test_offline_comparison_plays_behaviour_sac_and_cql_on_the_same_episodes(medium_dataset,

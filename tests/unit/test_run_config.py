@@ -35,6 +35,7 @@ def test_defaults_are_a_valid_run(bind):
     ('run.importance_beta_anneal_steps = 0', 'None or a whole number >= 1'),
     ('run.target_return = "high"', 'run.target_return must be None or a finite number'),
     ('run.stop_at_target_return = True', 'needs run.target_return'),
+    ('run.snapshot_collect_policy = True', 'set run.policy_snapshot_interval too'),
     ('run.initial_collect_steps = 8', 'is below run.batch_size=64'),
 ])
 def test_a_bad_value_is_one_line_naming_the_binding(bind, binding, message):
