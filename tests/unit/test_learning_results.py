@@ -1,18 +1,30 @@
-"""bench.learning_results builds its table and curve from real run directories, and keeps
-every run it has seen in its archive so a lost run directory does not drop a seed."""
+"""bench.learning_results and bench.preprocessing_results build their tables from real run
+directories, and keep every run they have seen in an archive so a lost run directory does not
+drop a seed."""
 
 import shutil
 
-from bench import learning_results, run_archive
+import pytest
+
+from bench import learning_results, preprocessing_results, run_archive
 from experiment import cli
 from tests.smoke.test_train import TINY
 
 
-def test_a_finished_run_gets_a_row_and_a_curve_and_outlives_its_directory(tmp_path):
-    runs, docs = tmp_path / 'runs', tmp_path / 'docs'
+@pytest.fixture(scope='module')
+def trained_runs(tmp_path_factory):
+    """A runs/ directory with one finished tiny CartPole run (seed 3), and a non-run."""
+    runs = tmp_path_factory.mktemp('trained') / 'runs'
     cli.train_main(TINY + [f'--root_dir={runs / "cartpole_s3"}', '--seed=3',
                            '--gin_bindings=run.export_final_policy=False'])
     (runs / 'not_a_run').mkdir()
+    return runs
+
+
+def test_a_finished_run_gets_a_row_and_a_curve_and_outlives_its_directory(trained_runs,
+                                                                          tmp_path):
+    runs, docs = tmp_path / 'runs', tmp_path / 'docs'
+    shutil.copytree(trained_runs, runs)
     learning_results.main(['--runs', str(runs), '--docs', str(docs)])
     text = (docs / 'learning_results.md').read_text()
     assert '| CartPole-v1 | 1 of 1 |' in text  # finished: its final eval is in the summary
@@ -38,3 +50,17 @@ def test_a_restarted_run_replaces_its_record_only_once_it_gets_further():
     assert merged == [finished, other_seed]
     caught_up = dict(finished, final_eval=3400.0)
     assert run_archive.merge(merged, [caught_up], key) == [caught_up, other_seed]
+
+
+def test_preprocessing_results_outlive_their_run_directories(trained_runs, tmp_path):
+    runs = tmp_path / 'runs'
+    shutil.copytree(trained_runs, runs)
+    output, archive = tmp_path / 'pre.md', str(tmp_path / 'pre.json')
+    args = ['--runs', str(runs), '--output', str(output), '--archive', archive]
+    preprocessing_results.main(args)
+    text = output.read_text()
+    assert '| cartpole | 3 | 400 |' in text and '| cartpole | CartPole-v1 | `[]` |' in text
+    shutil.rmtree(runs)
+    preprocessing_results.main(args)
+    assert output.read_text().split('\n')[3:] == text.split('\n')[3:]
+    assert [record['seed'] for record in run_archive.load(archive)] == [3]
