@@ -201,3 +201,25 @@ def test_offline_normalisation_learns_the_dataset_statistics_and_exports_them(ra
             f'--root_dir={workdir}/cql_reward_scaled',
             f'--gin_bindings=train_offline.dataset_dir="{path}"',
             '--gin_bindings=train_offline.preprocessing = [@preprocess.RewardScaling()]'])
+
+
+@pytest.mark.parametrize('config, agent', [('configs/cql_sac_hopper_offline.gin', 'cql_sac'),
+                                           ('configs/sac_hopper_offline.gin', 'sac')])
+def test_the_hopper_offline_configs_train_with_every_binding_used(config, agent, workdir):
+    """Issue #15's comparison configs, shrunk: strict parsing, no stray online settings."""
+    path = str(workdir / f'hopper_random_{agent}')
+    cli.make_dataset_main(['--gin_file=configs/datasets/pendulum_random.gin',
+                           "--gin_bindings=make_env.env_id='Hopper-v5'",
+                           '--gin_bindings=make_dataset.num_steps=300',
+                           '--gin_bindings=make_env.num_envs=2', f'--output_dir={path}'])
+    shrink = {'train_offline.dataset_dir': f'"{path}"', 'train_offline.num_train_steps': 20,
+              'train_offline.train_steps_per_iteration': 10, 'train_offline.batch_size': 16,
+              'train_offline.eval_interval': 0, 'train_offline.num_eval_episodes': 1,
+              'train_offline.best_policy_episodes': 0, 'train_offline.final_eval_episodes': 2,
+              'train_offline.final_video': False, 'train_offline.export_final_policy': False,
+              f'{agent}.make_agent.actor_fc_layer_params': (8, 8),
+              f'{agent}.make_agent.critic_joint_fc_layer_params': (8, 8)}
+    metrics = cli.train_main([f'--gin_file={config}', f'--root_dir={workdir}/{agent}_hopper']
+                             + [f'--gin_bindings={name}={value}'
+                                for name, value in shrink.items()])
+    assert metrics['train_steps'] == 20 and metrics['unused_bindings'] == []
