@@ -84,6 +84,10 @@ def _bound(name):
 
 
 def _base_policy(kind, policy_dir, run_dir, target_return, behaviour_policy):
+    if kind != 'medium' and behaviour_policy != 'greedy':
+        raise UserError(f"make_dataset.behaviour_policy={behaviour_policy!r} picks a 'medium' "
+                        f"snapshot's policy, but make_dataset.kind is {kind!r}: drop the "
+                        "binding, or set make_dataset.kind='medium'.")
     if kind == 'random':
         return None, 'uniform random actions'
     if kind == 'expert':

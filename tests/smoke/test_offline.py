@@ -177,6 +177,11 @@ def test_bad_dataset_inputs_are_one_line_errors(workdir):
         cli.make_dataset_main(['--gin_file=configs/datasets/pendulum_random.gin',
                            '--gin_bindings=make_dataset.kind="replay"',
                            f'--output_dir={workdir}/x'])
+    with pytest.raises(UserError, match="picks a 'medium' snapshot's policy, but "
+                                        "make_dataset.kind is 'random'"):
+        cli.make_dataset_main(['--gin_file=configs/datasets/pendulum_random.gin',
+                               "--gin_bindings=make_dataset.behaviour_policy='collect'",
+                               f'--output_dir={workdir}/y'])
 
 
 def test_offline_normalisation_learns_the_dataset_statistics_and_exports_them(random_dataset,
