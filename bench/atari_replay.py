@@ -245,11 +245,12 @@ def _child(args):
 def section(opts):
     transitions = 3_000 if opts.quick else 100_000
     rows = [_child(['--child_memory', game, layout, str(transitions)]) for game, layout in PLAN]
-    speed = _child(['--child_speed', str(2_000 if opts.quick else 20_000)])
-    return render(rows, speed, transitions, opts)
+    speed_frames = 2_000 if opts.quick else 20_000
+    speed = _child(['--child_speed', str(speed_frames)])
+    return render(rows, speed, transitions, speed_frames, opts)
 
 
-def render(rows, speed, transitions, opts):
+def render(rows, speed, transitions, speed_frames, opts):
     lines = ['## Atari replay memory and sampling speed', '',
              f'Written by `python -m bench.atari_replay{" --quick" if opts.quick else ""}` on '
              f'{datetime.date.today().isoformat()}; do not edit by hand. Memory: process RSS '
@@ -270,7 +271,7 @@ def render(rows, speed, transitions, opts):
         lines.append(f"| {row['game']} | {LAYOUTS[row['layout']]} | {per:,.0f} | "
                      f"{per - harness:,.0f} | {(per - harness) * 1e6 / 2**30:,.2f} GiB |")
     learner = speed.pop('Nature-CNN gradient steps')
-    lines += ['', f'Sampling batches of 32 stacked windows from {transitions:,} Pong frames, one '
+    lines += ['', f'Sampling batches of 32 stacked windows from {speed_frames:,} Pong frames, one '
               f'core, against the Nature-CNN DQN learner ({learner:,.1f} gradient steps/s on '
               'batch 32, i.e. batches consumed per second); the bar is >= 10x.', '',
               '| sampled | batches/s | × the learner\'s rate |', '| --- | ---: | ---: |']
