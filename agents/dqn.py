@@ -14,7 +14,7 @@ from tf_agents.trajectories import trajectory as trajectory_lib
 from tf_agents.utils import common
 
 from agents.exploration import TemporallyExtendedEpsilonGreedyPolicy
-from agents.networks import make_optimizer
+from agents.networks import DuelingQNetwork, make_optimizer
 from agents.nstep import stop_windows_at_episode_end
 from core.checks import check
 from core.errors import UserError
@@ -75,6 +75,7 @@ def _bytes_to_unit(observation_spec):
 def make_agent(time_step_spec, action_spec, train_step, *,
                fc_layer_params=(100,),
                conv_layer_params=None,
+               dueling=False,
                optimizer='adam',
                adam_epsilon=None,
                learning_rate=1e-3,
@@ -103,6 +104,8 @@ def make_agent(time_step_spec, action_spec, train_step, *,
         ((32, 8, 4), (64, 4, 2), (64, 3, 1)) with fc_layer_params=(512,). uint8
         observations (frames) are scaled to [0, 1] inside the network, so replay
         and the exported policy keep bytes.
+      dueling: split the output into a state value and per-action advantages
+        (agents/networks.py, DuelingQNetwork), as Dopamine's DrQ(epsilon) does.
       optimizer: 'adam', 'rmsprop' or 'sgd'.
       adam_epsilon: the optimizer's epsilon (None: Keras' default, 1e-7); Dopamine's
         JAX DQN uses 1.5e-4 with Adam.
@@ -139,10 +142,11 @@ def make_agent(time_step_spec, action_spec, train_step, *,
                    'reward_scale_factor': (-math.inf, math.inf, 'closed')},
           optional_numbers={'gradient_clipping': (0.0, math.inf, 'open_low'),
                             'exploration_repeat_mu': (0.0, math.inf, 'open_low')},
-          flags=('double_dqn',))
+          flags=('double_dqn', 'dueling'))
     if tf.nest.flatten(action_spec)[0].dtype.is_floating:
         raise UserError("DQN needs a discrete action space; use SAC for continuous actions.")
-    network = q_network.QNetwork(
+    network_cls = DuelingQNetwork if dueling else q_network.QNetwork
+    network = network_cls(
         time_step_spec.observation, action_spec, fc_layer_params=tuple(fc_layer_params),
         conv_layer_params=_conv_layers(conv_layer_params),
         preprocessing_layers=_bytes_to_unit(time_step_spec.observation))

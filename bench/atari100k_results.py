@@ -4,13 +4,15 @@
 
 Every subdirectory of --runs holding a training run is one seed of one game (make_env.env_id
 from its config.gin, the seed from a `_s<N>` suffix, the replay codec from
-FrameStackedReplay.codec). The score of a run is its end-of-run report: the final policy on 100
-seeded episodes (run.final_eval_episodes) with the protocol's evaluation epsilon, whole games,
-raw game scores. Writes docs/atari100k_results.md: per game the mean over seeds beside DrQ(eps)'s
-published mean (Agarwal et al. 2021, 100 runs) and the issue's bar of 60% of it; every run with
-its wall time. Runs still in progress are listed with the step they reached. Every run it has
-seen is also kept in docs/data/atari100k_runs.json (bench.run_archive), so seeds trained on
-another machine, or whose run directories are gone, stay in the table.
+FrameStackedReplay.codec, the Q-network's head from dqn.make_agent.dueling). Runs with different
+heads are different agents: each (game, head) gets its own mean over seeds. The score of a run
+is its end-of-run report: the final policy on 100 seeded episodes (run.final_eval_episodes)
+with the protocol's evaluation epsilon, whole games, raw game scores. Writes
+docs/atari100k_results.md: per game and head the mean over seeds beside DrQ(eps)'s published
+mean (Agarwal et al. 2021, 100 runs) and the issue's bar of 60% of it; every run with its wall
+time. Runs still in progress are listed with the step they reached. Every run it has seen is
+also kept in docs/data/atari100k_runs.json (bench.run_archive), so seeds trained on another
+machine, or whose run directories are gone, stay in the table.
 """
 
 import argparse
@@ -41,7 +43,19 @@ ARCHIVE = os.path.join('data', 'atari100k_runs.json')  # under --docs
 
 
 def run_key(row):
-    return (row['env_id'], row['seed'], row['codec'])
+    return (row['env_id'], row['seed'], row['codec'], _head_of(row))
+
+
+def _head_of(row):
+    """Runs archived before the dueling option existed all had the plain head."""
+    return row.get('head', 'plain')
+
+
+def _head(run_dir):
+    """'dueling' when the run bound dqn.make_agent.dueling = True, else 'plain'."""
+    with open(os.path.join(run_dir, 'config.gin')) as f:
+        found = re.search(r"^dqn\.make_agent\.dueling\s*=\s*True\s*$", f.read(), re.M)
+    return 'dueling' if found else 'plain'
 
 
 def _codec(run_dir):
@@ -69,30 +83,34 @@ def markdown(rows, command):
              'edit by hand. Score: the final policy\'s end-of-run report, '
              '100 seeded whole-game episodes with evaluation epsilon 0.001, raw game score '
              '(configs/dqn_atari100k.gin: 100k agent steps = 400k frames).', '',
-             '| game | seeds finished | mean over seeds | DrQ(ε) published | bar (60% of it) '
-             '| random |',
-             '| --- | ---: | ---: | ---: | ---: | ---: |']
-    by_game = {}
+             '| game | Q head | seeds finished | mean over seeds | DrQ(ε) published '
+             '| bar (60% of it) | random |',
+             '| --- | --- | ---: | ---: | ---: | ---: | ---: |']
+    by_agent = {}
     for row in rows:
-        by_game.setdefault(_game(row['env_id']), []).append(row)
-    for game, game_rows in sorted(by_game.items()):
+        by_agent.setdefault((_game(row['env_id']), _head_of(row)), []).append(row)
+    for (game, head), game_rows in sorted(by_agent.items()):
         done = [row['report']['mean'] for row in game_rows
                 if row['finished'] and row['report'] and row['codec'] in LOSSLESS]
         published = [f'{value}' for value in PUBLISHED.get(game, ('—',) * 3)]
         mean = f'{np.mean(done):.1f}' if done else 'in progress'
-        lines.append(f"| {game} | {len(done)} | {mean} | {' | '.join(published)} |")
+        lines.append(f"| {game} | {head} | {len(done)} | {mean} | {' | '.join(published)} |")
     lines += ['', 'Means over seeds use lossless compressed storage (LZ4, the default, or zlib); '
-              'runs with raw or JPEG storage are listed below for the storage comparison.', '',
+              'runs with raw or JPEG storage are listed below for the storage comparison. '
+              'DrQ(ε) has a dueling head (Dopamine\'s DrQ_eps.gin); the plain head is '
+              'TF-Agents\' QNetwork.', '',
               '## Every run', '',
-              '| game | seed | replay codec | env steps | final policy (100 episodes) | '
-              'best policy | wall time |', '| --- | ---: | --- | ---: | ---: | ---: | ---: |']
+              '| game | Q head | seed | replay codec | env steps | final policy (100 episodes) | '
+              'best policy | wall time |',
+              '| --- | --- | ---: | --- | ---: | ---: | ---: | ---: |']
     for row in rows:
         report, best, wall = row['report'], row['best'], row['wall_time_s']
         final_text = f"{report['mean']:.1f} ± {report['std']:.1f}" if report else '—'
         best_text = f"{best['mean']:.1f}" if best else '—'
         wall_text = f'{wall / 60:.0f} min' if wall else '—'
         progress = '' if row['finished'] else ' (in progress)'
-        lines.append(f"| {_game(row['env_id'])} | {row['seed']} | {row['codec']} | "
+        lines.append(f"| {_game(row['env_id'])} | {_head_of(row)} | {row['seed']} | "
+                     f"{row['codec']} | "
                      f"{row['reached']:,}{progress} | {final_text} | {best_text} | {wall_text} |")
     return '\n'.join(lines) + '\n'
 
@@ -107,6 +125,7 @@ def main(argv=None):
     for env_id, seed, run_dir in (find_runs(args.runs) if os.path.isdir(args.runs) else []):
         row = run_row(env_id, seed, run_dir)
         row['codec'] = _codec(run_dir)
+        row['head'] = _head(run_dir)
         row['best'] = _best_report(run_dir)
         fresh.append(row)
     command = f'python -m bench.atari100k_results --runs {args.runs}'

@@ -2,6 +2,8 @@
 
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -97,6 +99,20 @@ def test_memmap_frames_live_in_the_run_directory(tmp_path):
     assert os.path.getsize(frames) == 2 * 600 * 84 * 84  # twice the capacity, raw frames
 
 
+def test_the_atari100k_protocol_trains_a_dueling_network(tmp_path):
+    """configs/dqn_atari100k.gin, shrunk: DrQ(eps)'s dueling head, 10-step targets, augmentation."""
+    root_dir = str(tmp_path / 'run')
+    metrics = cli.train_main([
+        '--gin_file=configs/dqn_atari100k.gin', '--gin_file=configs/testing/tiny_pixels.gin',
+        f'--root_dir={root_dir}', '--gin_bindings=run.num_env_steps=160',
+        '--gin_bindings=run.final_eval_episodes=0', '--gin_bindings=run.export_final_policy=False'])
+    assert metrics['env_steps'] == 160 and metrics['train_steps'] > 0
+    with open(os.path.join(root_dir, 'operative_config.gin')) as f:
+        operative = f.read()
+    assert re.search(r'^dqn\.make_agent\.dueling = True$', operative, re.M)
+    assert re.search(r'^dqn\.make_agent\.n_step_update = 10$', operative, re.M)
+
+
 def test_the_atari100k_table_reads_the_run(pixel_run, tmp_path):
     from bench import atari100k_results
 
@@ -104,10 +120,18 @@ def test_the_atari100k_table_reads_the_run(pixel_run, tmp_path):
     runs = tmp_path / 'runs'
     runs.mkdir()
     os.symlink(root_dir, runs / 'pong_s1')
+    # The same run as if trained with the dueling head: another agent, so a mean of its own.
+    dueling = runs / 'pong_s2'
+    shutil.copytree(root_dir, dueling, ignore=shutil.ignore_patterns('checkpoints', 'replay*'))
+    with open(dueling / 'config.gin', 'a') as f:
+        f.write('\ndqn.make_agent.dueling = True\n')
     atari100k_results.main(['--runs', str(runs), '--docs', str(tmp_path / 'docs')])
     text = (tmp_path / 'docs' / 'atari100k_results.md').read_text()
-    assert '| Pong | 1 |' in text  # finished, lz4 (lossless): in the mean over seeds
-    assert '| Pong | 1 | lz4 | 400 |' in text
+    # Finished, lz4 (lossless): each in its own head's mean over seeds.
+    assert re.search(r'^\| Pong \| plain \| 1 \| -?\d+\.\d \|', text, re.M)
+    assert re.search(r'^\| Pong \| dueling \| 1 \| -?\d+\.\d \|', text, re.M)
+    assert '| Pong | plain | 1 | lz4 | 400 |' in text
+    assert '| Pong | dueling | 2 | lz4 | 400 |' in text
 
 
 @pytest.mark.parametrize('storage', ['memory', 'memmap'])
