@@ -27,6 +27,7 @@ would decode to garbage.
 """
 
 import json
+import sys
 import zlib
 
 import gin
@@ -64,8 +65,27 @@ def stack_windows(frames, step_type, num_frames):
     offsets = tf.range(num_frames) - (num_frames - 1)  # oldest first
     sources = last[:, None] + offsets[None, :]  # [T, k]
     sources = tf.maximum(sources[None], tf.gather(newest_start, last, axis=1)[:, :, None])
+    if num_frames == 4 and sys.byteorder == 'little':
+        return _packed_stacks(frames, sources)
     stacks = tf.gather(frames, sources, axis=1, batch_dims=1)  # [B, T, k, H, Wd]
     return tf.transpose(stacks, [0, 1, 3, 4, 2])
+
+
+def _packed_stacks(frames, sources):
+    """Four frames per stack, channels-last, without a uint8 transpose.
+
+    Why: the transpose to channels-last moves single bytes with a stride of four,
+    the slowest part of stacking. Here each pixel's four frames are packed into one
+    uint32 (frame i in byte i, shifted into place), whose bytes in memory are the
+    channels in order on a little-endian machine: a bitcast. ~4% more sampled
+    batches/s with LZ4, 4-step windows (A/B in one process; docs/atari_replay.md has the bench).
+    """
+    packed = None
+    for channel in range(4):
+        plane = tf.gather(frames, sources[:, :, channel], axis=1, batch_dims=1)  # [B, T, H, Wd]
+        plane = tf.bitwise.left_shift(tf.cast(plane, tf.uint32), 8 * channel)
+        packed = plane if packed is None else tf.bitwise.bitwise_or(packed, plane)
+    return tf.bitcast(packed, tf.uint8)  # [B, T, H, Wd, 4]
 
 
 class Codec:

@@ -164,6 +164,27 @@ def test_stack_windows_first_frame_fills_before_the_start():
                                            [4, 5, 6, 7]])
 
 
+@pytest.mark.parametrize('num_frames', [2, 3, 4])
+def test_stack_windows_matches_a_plain_gather_for_every_stack_size(num_frames):
+    """k = 4 packs channels into uint32s; the stacks must equal the gathered frames."""
+    rng = np.random.default_rng(num_frames)
+    frames = rng.integers(0, 256, [5, 9, 6, 7]).astype(np.uint8)
+    step_type = rng.choice([ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST], [5, 9],
+                           p=[0.2, 0.6, 0.2]).astype(np.int32)
+    compiled = tf.function(stack_windows, jit_compile=True, autograph=False)
+    for stack in (stack_windows, lambda *args: compiled(*args)):
+        stacks = stack(tf.constant(frames), tf.constant(step_type), num_frames).numpy()
+        assert stacks.shape == (5, 9 - num_frames + 1, 6, 7, num_frames)
+        for b in range(5):
+            for t in range(9 - num_frames + 1):
+                newest = t + num_frames - 1
+                starts = [i for i in range(newest + 1) if step_type[b, i] == ts.StepType.FIRST]
+                sources = [max(i, starts[-1] if starts else 0)
+                           for i in range(t, newest + 1)]
+                np.testing.assert_array_equal(stacks[b, t],
+                                              np.moveaxis(frames[b, sources], 0, -1))
+
+
 def test_episodic_replay_is_refused_with_frame_stacks():
     # Its windows stay inside an episode: an episode's first k - 1 steps would never train.
     with pytest.raises(UserError, match='first 3 steps'):
