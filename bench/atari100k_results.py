@@ -52,18 +52,19 @@ def _head_of(row):
 
 
 def _head(run_dir):
-    """'dueling' when the run bound dqn.make_agent.dueling = True, else 'plain'."""
+    """'dueling' when the run's (last) dqn.make_agent.dueling binding is True, else 'plain'."""
     with open(os.path.join(run_dir, 'config.gin')) as f:
-        found = re.search(r"^dqn\.make_agent\.dueling\s*=\s*True\s*$", f.read(), re.M)
-    return 'dueling' if found else 'plain'
+        found = re.findall(r"^dqn\.make_agent\.dueling\s*=\s*(\w+)\s*$", f.read(), re.M)
+    return 'dueling' if found and found[-1] == 'True' else 'plain'
 
 
 def _codec(run_dir):
-    """The replay codec a run used: its binding, else FrameStackedReplay's default."""
+    """The replay codec a run used: its binding (the last one wins, as in Gin), else
+    FrameStackedReplay's default."""
     with open(os.path.join(run_dir, 'config.gin')) as f:
-        found = re.search(r"^FrameStackedReplay\.codec\s*=\s*['\"](\w+)['\"]", f.read(), re.M)
+        found = re.findall(r"^FrameStackedReplay\.codec\s*=\s*['\"](\w+)['\"]", f.read(), re.M)
     if found:
-        return found.group(1)
+        return found[-1]
     from buffers.frames import FrameStackedReplay
     return inspect.signature(FrameStackedReplay.__init__).parameters['codec'].default
 
@@ -112,7 +113,33 @@ def markdown(rows, command):
         lines.append(f"| {_game(row['env_id'])} | {_head_of(row)} | {row['seed']} | "
                      f"{row['codec']} | "
                      f"{row['reached']:,}{progress} | {final_text} | {best_text} | {wall_text} |")
-    return '\n'.join(lines) + '\n'
+    return '\n'.join(lines + _storage_comparison(rows)) + '\n'
+
+
+CODEC_ORDER = ('lz4', 'zlib', 'none', 'jpeg')
+
+
+def _storage_comparison(rows):
+    """Seeds trained with more than one codec, side by side (same game, head and seed)."""
+    by_seed = {}
+    for row in rows:
+        if row['finished'] and row['report']:
+            key = (_game(row['env_id']), _head_of(row), row['seed'])
+            by_seed.setdefault(key, {})[row['codec']] = row['report']
+    compared = {key: codecs for key, codecs in by_seed.items() if len(codecs) > 1}
+    if not compared:
+        return []
+    codecs = [c for c in CODEC_ORDER if any(c in found for found in compared.values())]
+    lines = ['', '## Storage comparison', '',
+             'The same game, head and seed trained with each replay codec (final policy, 100 '
+             'episodes). Lossless codecs store identical frames; JPEG is lossy.', '',
+             f"| game | Q head | seed | {' | '.join(codecs)} |",
+             f"| --- | --- | ---: |{' ---: |' * len(codecs)}"]
+    for (game, head, seed), found in sorted(compared.items()):
+        cells = [f"{found[c]['mean']:.1f} ± {found[c]['std']:.1f}" if c in found else '—'
+                 for c in codecs]
+        lines.append(f"| {game} | {head} | {seed} | {' | '.join(cells)} |")
+    return lines
 
 
 def main(argv=None):

@@ -125,6 +125,11 @@ def test_the_atari100k_table_reads_the_run(pixel_run, tmp_path):
     shutil.copytree(root_dir, dueling, ignore=shutil.ignore_patterns('checkpoints', 'replay*'))
     with open(dueling / 'config.gin', 'a') as f:
         f.write('\ndqn.make_agent.dueling = True\n')
+    # ... and as if trained on raw frames: a storage comparison with the LZ4 run of seed 1.
+    raw = runs / 'pong_raw_s1'
+    shutil.copytree(root_dir, raw, ignore=shutil.ignore_patterns('checkpoints', 'replay*'))
+    with open(raw / 'config.gin', 'a') as f:
+        f.write("\nFrameStackedReplay.codec = 'none'\n")
     atari100k_results.main(['--runs', str(runs), '--docs', str(tmp_path / 'docs')])
     text = (tmp_path / 'docs' / 'atari100k_results.md').read_text()
     # Finished, lz4 (lossless): each in its own head's mean over seeds.
@@ -132,6 +137,11 @@ def test_the_atari100k_table_reads_the_run(pixel_run, tmp_path):
     assert re.search(r'^\| Pong \| dueling \| 1 \| -?\d+\.\d \|', text, re.M)
     assert '| Pong | plain | 1 | lz4 | 400 |' in text
     assert '| Pong | dueling | 2 | lz4 | 400 |' in text
+    assert '| Pong | plain | 1 | none | 400 |' in text
+    comparison = text.split('## Storage comparison')[1]
+    assert '| game | Q head | seed | lz4 | none |' in comparison
+    assert re.search(r'^\| Pong \| plain \| 1 \| -?[\d.]+ ± [\d.]+ \| -?[\d.]+ ± [\d.]+ \|$',
+                     comparison, re.M)
 
 
 @pytest.mark.parametrize('storage', ['memory', 'memmap'])
