@@ -13,6 +13,7 @@ from tf_agents.networks import q_network
 from tf_agents.trajectories import trajectory as trajectory_lib
 from tf_agents.utils import common
 
+from agents import epsilon_greedy
 from agents.exploration import TemporallyExtendedEpsilonGreedyPolicy
 from agents.networks import DuelingQNetwork, make_optimizer
 from agents.nstep import stop_windows_at_episode_end
@@ -27,14 +28,15 @@ _LOSSES = {
 
 
 class _EpisodeAwareNStepMixin:
-    """Makes n-step targets stop at episode ends (see agents/nstep.py); optional
-    epsilon-z-greedy collection (agents/exploration.py)."""
+    """Makes n-step targets stop at episode ends (see agents/nstep.py); collects with
+    this project's epsilon-greedy (agents/epsilon_greedy.py) or epsilon-z-greedy
+    (agents/exploration.py) in place of TF-Agents' epsilon-greedy."""
 
-    _extended_collect_policy = None
+    _own_collect_policy = None
 
     @property
     def collect_policy(self):
-        return self._extended_collect_policy or super().collect_policy
+        return self._own_collect_policy or super().collect_policy
 
     def _loss(self, experience, *args, **kwargs):
         if isinstance(experience, trajectory_lib.Trajectory):
@@ -166,12 +168,16 @@ def make_agent(time_step_spec, action_spec, train_step, *,
         reward_scale_factor=reward_scale_factor,
         gradient_clipping=gradient_clipping,
         train_step_counter=train_step)
+    # Not tracked: a collect policy's state is no part of the agent's checkpoint or variables.
     if exploration_repeat_mu is not None:
-        # Not tracked: its repeat state is no part of the agent's checkpoint or variables.
-        object.__setattr__(agent, '_extended_collect_policy',
+        object.__setattr__(agent, '_own_collect_policy',
                            TemporallyExtendedEpsilonGreedyPolicy(
                                agent.policy, epsilon, mu=exploration_repeat_mu,
                                max_repeat=exploration_max_repeat))
+    elif epsilon_greedy.supports(agent.policy):
+        # The same actions' distribution, without a forward pass when every copy explores.
+        object.__setattr__(agent, '_own_collect_policy',
+                           epsilon_greedy.EpsilonGreedyPolicy(agent.policy, epsilon))
     agent.initialize()
     # Agent-specific scalars the experiment writes to TensorBoard (name -> callable).
     agent.summary_scalars = {'train/epsilon': epsilon}
