@@ -12,8 +12,8 @@ from tf_agents.trajectories import time_step as ts
 
 from agents import dqn
 from agents.epsilon_greedy import EpsilonGreedyPolicy
-from experiment.loop import Collection
 from envs.suite import make_env
+from experiment.loop import Collection
 
 ACTIONS = 6
 
@@ -27,7 +27,8 @@ class _CountingGreedy(tf_policy.TFPolicy):
 
     def _action(self, time_step, policy_state, seed):
         self.calls.assign_add(1)
-        return policy_step.PolicyStep(tf.fill(tf.shape(time_step.step_type), tf.constant(2, tf.int64)), (), ())
+        action = tf.fill(tf.shape(time_step.step_type), tf.constant(2, tf.int64))
+        return policy_step.PolicyStep(action, (), ())
 
     def _distribution(self, time_step, policy_state):
         raise NotImplementedError
