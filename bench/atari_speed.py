@@ -97,7 +97,8 @@ def render(rates, gradient_steps, sb3, opts):
     allowed = 4 * gradient_steps
     lines = ['## Atari DQN end to end (Pong, Nature settings)', '',
              f'Written by `python -m bench.atari_speed{" --quick" if opts.quick else ""}` on '
-             f'{datetime.date.today().isoformat()}; do not edit by hand. Env steps/s '
+             f'{datetime.date.today().isoformat()} on {timing.cpu_model()}; do not edit by '
+             'hand. Env steps/s '
              '(agent steps, 4 frames each) from two budgets per variant.', '',
              '| measured | env steps/s | ratio | bar |', '| --- | ---: | ---: | --- |',
              f'| LZ4 replay (the default), 1 core | {lz4:,.1f} | | |',

@@ -193,6 +193,18 @@ def markdown_table(headers, rows, aligns=None):
     return '\n'.join(out)
 
 
+def cpu_model():
+    """The CPU's model name, for a bench's header: ratios between peers move with the host."""
+    try:
+        with open('/proc/cpuinfo') as info:
+            for line in info:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return 'unknown CPU'
+
+
 def python():
     """The interpreter running the benchmark (the project's .venv under make)."""
     return sys.executable
