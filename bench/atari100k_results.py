@@ -132,7 +132,10 @@ def _storage_comparison(rows):
     codecs = [c for c in CODEC_ORDER if any(c in found for found in compared.values())]
     lines = ['', '## Storage comparison', '',
              'The same game, head and seed trained with each replay codec (final policy, 100 '
-             'episodes). Lossless codecs store identical frames; JPEG is lossy.', '',
+             'episodes). Lossless codecs store identical frames; JPEG is lossy. Runs of one '
+             'seed still differ once one of them was stopped and resumed: a resumed run '
+             'starts fresh episodes (docs/training.md). Read the codecs\' gap against the '
+             'spread between seeds of one codec in the table above.', '',
              f"| game | Q head | seed | {' | '.join(codecs)} |",
              f"| --- | --- | ---: |{' ---: |' * len(codecs)}"]
     for (game, head, seed), found in sorted(compared.items()):
