@@ -16,6 +16,7 @@ episodes than it did with TF-Agents' policy.
 """
 
 import tensorflow as tf
+from tf_agents.distributions import shifted_categorical
 from tf_agents.policies import tf_policy
 from tf_agents.trajectories import policy_step
 
@@ -71,4 +72,14 @@ class EpsilonGreedyPolicy(tf_policy.TFPolicy):
         return policy_step.PolicyStep(action, policy_state, ())
 
     def _distribution(self, time_step, policy_state):
-        raise NotImplementedError('EpsilonGreedyPolicy only samples actions.')
+        """The mixture the actions are drawn from: epsilon / n on every action, plus
+        1 - epsilon on the greedy one (this always runs the greedy policy)."""
+        count = self._high - self._low + 1
+        epsilon = self._epsilon() if callable(self._epsilon) else self._epsilon
+        epsilon = tf.cast(epsilon, tf.float32)
+        greedy = self._greedy.action(time_step, policy_state).action
+        probs = epsilon / count + (1.0 - epsilon) * tf.one_hot(
+            tf.cast(greedy, tf.int32) - self._low, count)
+        distribution = shifted_categorical.ShiftedCategorical(
+            probs=probs, dtype=self.action_spec.dtype, shift=self._low)
+        return policy_step.PolicyStep(distribution, policy_state, ())

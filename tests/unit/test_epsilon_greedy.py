@@ -19,15 +19,16 @@ ACTIONS = 6
 
 
 class _CountingGreedy(tf_policy.TFPolicy):
-    """Picks action 2 and counts its calls (in a variable, so traced calls count too)."""
+    """Picks one action (2) and counts its calls (in a variable, so traced calls count too)."""
 
-    def __init__(self, time_step_spec, action_spec):
+    def __init__(self, time_step_spec, action_spec, action=2):
         super().__init__(time_step_spec, action_spec)
         self.calls = tf.Variable(0, dtype=tf.int64)
+        self._picked = action
 
     def _action(self, time_step, policy_state, seed):
         self.calls.assign_add(1)
-        action = tf.fill(tf.shape(time_step.step_type), tf.constant(2, tf.int64))
+        action = tf.fill(tf.shape(time_step.step_type), tf.constant(self._picked, tf.int64))
         return policy_step.PolicyStep(action, (), ())
 
     def _distribution(self, time_step, policy_state):
@@ -100,3 +101,16 @@ def test_a_compiled_collection_that_only_explores_steps_the_env_in_order():
     assert env_steps.numpy() == 5 * 200 * 2
     assert rewards.numpy() > 1000  # CartPole pays 1 a step (0 on restarts)
     env.close()
+
+
+def test_its_distribution_is_the_epsilon_greedy_mixture():
+    spec = tensor_spec.BoundedTensorSpec([], tf.int64, 3, 3 + ACTIONS - 1)  # actions 3..8
+    greedy = _CountingGreedy(ts.time_step_spec(tf.TensorSpec([1], tf.float32)), spec, action=5)
+    policy = EpsilonGreedyPolicy(greedy, 0.3)
+    time_step = ts.restart(tf.zeros([2, 1]), batch_size=2)
+    distribution = policy.distribution(time_step).action
+    probs = np.stack([distribution.prob(tf.fill([2], tf.constant(a, tf.int64))).numpy()
+                      for a in range(3, 3 + ACTIONS)], axis=1)
+    expected = np.full(ACTIONS, 0.3 / ACTIONS)
+    expected[5 - 3] += 0.7
+    np.testing.assert_allclose(probs, np.tile(expected, (2, 1)), rtol=1e-5)
