@@ -22,9 +22,11 @@ from tf_agents.trajectories import policy_step
 
 
 def supports(greedy_policy):
-    """Whether `greedy_policy` can be wrapped: stateless, no policy info, one discrete action."""
+    """Whether `greedy_policy` can be wrapped: stateless, no policy info, one discrete action,
+    no action mask (random actions here are drawn from the whole action range)."""
     spec = greedy_policy.action_spec
-    return (not tf.nest.flatten(greedy_policy.policy_state_spec)
+    return (greedy_policy.observation_and_action_constraint_splitter is None
+            and not tf.nest.flatten(greedy_policy.policy_state_spec)
             and not tf.nest.flatten(greedy_policy.info_spec)
             and not tf.nest.is_nested(spec) and spec.shape.rank == 0
             and spec.dtype.is_integer)
