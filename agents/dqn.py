@@ -52,9 +52,9 @@ class DqnAgent(_EpisodeAwareNStepMixin, dqn_agent.DqnAgent):
 
         Why: TF-Agents' DqnAgent runs the target network twice on s' (once for its
         Q-values, once inside its target greedy policy for their argmax) and gathers the
-        one at the other's argmax, which is their max. On the Nature CNN the second pass
-        was ~18% of a gradient step (docs/atari.md). With an action mask the greedy
-        action must respect the mask, so that case keeps TF-Agents' path.
+        one at the other's argmax, which is their max. On the Nature CNN the second
+        pass was ~18% of a gradient step (docs/atari.md, "The gradient step"). With an
+        action mask the greedy action must respect the mask: that keeps TF-Agents' path.
         """
         scalar_actions = tf.nest.flatten(self._action_spec)[0].shape.rank == 0
         if self._observation_and_action_constraint_splitter is not None or not scalar_actions:
