@@ -17,8 +17,6 @@ def _next_time_steps(batch=16):
     return ts.transition(tf.constant(frames, tf.uint8), reward=tf.zeros([batch]))
 
 
-
-
 def test_plain_dqn_target_is_one_pass_and_matches_tf_agents():
     for dueling in (False, True):
         agent = dqn.make_agent(ts.time_step_spec(FRAMES), ACTIONS,
