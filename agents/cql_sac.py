@@ -12,11 +12,13 @@ TF-Agents' CQL regulariser itself is unweighted (a batch mean), so boundary
 windows (one per episode, 0.5% of Pendulum's rows) still enter that term.
 """
 
+import collections
 import math
 
 import gin
 import numpy as np
 import tensorflow as tf
+from tf_agents.agents import tf_agent
 from tf_agents.agents.cql import cql_sac_agent
 from tf_agents.policies import greedy_policy
 
@@ -24,9 +26,15 @@ from agents import sac
 from agents.networks import make_optimizer
 from core.checks import check
 
+# CQL-SAC's loss info, plus each window's priority from the critics' TD errors.
+CqlSacLossInfo = collections.namedtuple(
+    'CqlSacLossInfo', cql_sac_agent.CqlSacLossInfo._fields + ('td_error',))
 
-class CqlSacAgent(cql_sac_agent.CqlSacAgent):
-    """TF-Agents' CqlSacAgent whose `policy` is greedy (see `agents.sac.SacAgent`)."""
+
+class CqlSacAgent(sac.SacSurface, cql_sac_agent.CqlSacAgent):
+    """TF-Agents' CqlSacAgent whose `policy` is greedy (see `agents.sac.SacAgent`), with
+    per-window priorities: the SAC part of its critic loss's TD errors (the conservative
+    term is a batch-level regulariser, not a per-window error)."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -44,6 +52,21 @@ class CqlSacAgent(cql_sac_agent.CqlSacAgent):
     def cql_alpha(self):
         """The weight of the conservative term now (learned when Lagrange is on)."""
         return tf.cast(self._get_cql_alpha(), tf.float32)
+
+    def summary_scalars(self):
+        return {'train/alpha': self.alpha, 'train/cql_alpha': self.cql_alpha}
+
+    def _train(self, experience, weights):
+        """TF-Agents' CQL-SAC step, its critic loss recording the TD errors it computes."""
+        loss_fn = self._td_errors_loss_fn
+        recorder = sac.TdErrorRecorder(loss_fn)
+        object.__setattr__(self, '_td_errors_loss_fn', recorder)
+        try:
+            loss_info = super()._train(experience, weights)
+        finally:
+            object.__setattr__(self, '_td_errors_loss_fn', loss_fn)
+        extra = CqlSacLossInfo(**loss_info.extra._asdict(), td_error=recorder.priorities())
+        return tf_agent.LossInfo(loss=loss_info.loss, extra=extra)
 
 
 @gin.configurable(module='cql_sac')
@@ -101,7 +124,7 @@ def make_agent(time_step_spec, action_spec, train_step, *,
       seed: seed of the agent's action sampling for the CQL term.
 
     Returns:
-      A `tf_agents.agents.TFAgent` with `summary_scalars` and `batch_diagnostics`.
+      A `CqlSacAgent` (a TF-Agents `TFAgent` with the experiment's `AgentSurface`).
     """
     values = locals()
     sac.validate(action_spec, 'cql_sac.make_agent', values)
@@ -145,7 +168,4 @@ def make_agent(time_step_spec, action_spec, train_step, *,
         gradient_clipping=gradient_clipping,
         train_step_counter=train_step)
     agent.initialize()
-    agent.summary_scalars = {'train/alpha': lambda: agent.alpha,
-                             'train/cql_alpha': lambda: agent.cql_alpha}
-    agent.batch_diagnostics = lambda experience: sac.batch_diagnostics(agent, experience)
     return agent

@@ -17,6 +17,7 @@ from agents import epsilon_greedy
 from agents.exploration import TemporallyExtendedEpsilonGreedyPolicy
 from agents.networks import DuelingQNetwork, make_optimizer
 from agents.nstep import stop_windows_at_episode_end
+from agents.surface import AgentSurface
 from core.checks import check
 from core.errors import UserError
 from core.schedules import linear_schedule
@@ -27,12 +28,24 @@ _LOSSES = {
 }
 
 
-class _EpisodeAwareNStepMixin:
+class _EpisodeAwareNStepMixin(AgentSurface):
     """Makes n-step targets stop at episode ends (see agents/nstep.py); collects with
     this project's epsilon-greedy (agents/epsilon_greedy.py) or epsilon-z-greedy
-    (agents/exploration.py) in place of TF-Agents' epsilon-greedy."""
+    (agents/exploration.py) in place of TF-Agents' epsilon-greedy; implements the
+    experiment's `AgentSurface`."""
 
     _own_collect_policy = None
+    gives_priorities = True
+
+    def summary_scalars(self):
+        return {'train/epsilon': self._epsilon_greedy()}
+
+    def batch_diagnostics(self, experience):
+        return {'mean_q': _mean_max_q(self._q_network, experience)}
+
+    def sample_priorities(self, loss_info):
+        """|TD error| of each window's n-step target (Schaul et al., 2016)."""
+        return tf.abs(loss_info.extra.td_error)
 
     @property
     def collect_policy(self):
@@ -195,9 +208,6 @@ def make_agent(time_step_spec, action_spec, train_step, *,
         object.__setattr__(agent, '_own_collect_policy',
                            epsilon_greedy.EpsilonGreedyPolicy(agent.policy, epsilon))
     agent.initialize()
-    # Agent-specific scalars the experiment writes to TensorBoard (name -> callable).
-    agent.summary_scalars = {'train/epsilon': epsilon}
-    agent.batch_diagnostics = lambda experience: {'mean_q': _mean_max_q(network, experience)}
     return agent
 
 

@@ -9,6 +9,7 @@ passes them with weight 0 (`experiment/loop.py`), which removes them from the
 critic, actor and alpha losses alike (each aggregates with `sample_weight`).
 """
 
+import collections
 import math
 
 import gin
@@ -24,11 +25,63 @@ from tf_agents.utils import common, object_identity
 
 from agents.exploration import ColoredNoisePolicy
 from agents.networks import make_optimizer
+from agents.surface import AgentSurface
 from core.checks import check
 from core.errors import UserError
 
+# SAC's loss info, plus each window's priority from the critics' TD errors.
+SacLossInfo = collections.namedtuple(
+    'SacLossInfo', sac_agent.SacLossInfo._fields + ('td_error',))
 
-class SacAgent(sac_agent.SacAgent):
+
+class TdErrorRecorder:
+    """A `td_errors_loss_fn` that keeps each call's TD error `target - prediction`.
+
+    SAC's (and CQL-SAC's) critic losses call it once per critic on the same targets,
+    so after one critic loss `priorities()` combines both critics' errors from the
+    very pass that trained them: no extra forward pass for prioritized replay.
+    """
+
+    def __init__(self, loss_fn):
+        self._loss_fn = loss_fn
+        self.td_errors = []
+
+    def __call__(self, targets, predictions):
+        self.td_errors.append(targets - predictions)
+        return self._loss_fn(targets, predictions)
+
+    def priorities(self):
+        """max(|delta_1|, |delta_2|): the larger of the two critics' absolute TD errors.
+
+        Why the max: both critics are trained on every sampled window, so a window is
+        worth replaying while either critic is still wrong about it; the min (the
+        target's choice) would hide the critic that is furthest off, and the mean
+        halves a window only one critic mispredicts. This is the choice of Fujimoto,
+        Meger and Precup (2020), "An Equivalence between Loss Functions and
+        Non-Uniform Sampling in Experience Replay", for TD3's twin critics.
+        """
+        if len(self.td_errors) != 2:
+            raise ValueError(f"expected one TD error per critic, got {len(self.td_errors)}")
+        return tf.stop_gradient(tf.maximum(tf.abs(self.td_errors[0]),
+                                           tf.abs(self.td_errors[1])))
+
+
+class SacSurface(AgentSurface):
+    """The experiment's agent surface, shared by SAC and CQL-SAC."""
+
+    gives_priorities = True
+
+    def summary_scalars(self):
+        return {'train/alpha': self.alpha}
+
+    def batch_diagnostics(self, experience):
+        return batch_diagnostics(self, experience)
+
+    def sample_priorities(self, loss_info):
+        return loss_info.extra.td_error
+
+
+class SacAgent(SacSurface, sac_agent.SacAgent):
     """TF-Agents' SacAgent whose `policy` is greedy: tanh of the Gaussian's mean.
 
     TF-Agents' SacAgent uses the same stochastic policy for `policy` and
@@ -71,29 +124,32 @@ class SacAgent(sac_agent.SacAgent):
         gradient step on one core. Everything else (losses, order, target update) is unchanged.
         """
         time_steps, policy_steps, next_time_steps = self._as_transition(experience)
-        critic_loss = self._critic_step(time_steps, policy_steps.action, next_time_steps, weights)
+        critic_loss, td_error = self._critic_step(time_steps, policy_steps.action,
+                                                  next_time_steps, weights)
         actor_loss, log_pi = self._actor_step(time_steps, weights)
         alpha_loss = self._alpha_step(log_pi, weights)
         self.train_step_counter.assign_add(1)
         self._update_target()
         return tf_agent.LossInfo(
             loss=critic_loss + actor_loss + alpha_loss,
-            extra=sac_agent.SacLossInfo(critic_loss=critic_loss, actor_loss=actor_loss,
-                                        alpha_loss=alpha_loss))
+            extra=SacLossInfo(critic_loss=critic_loss, actor_loss=actor_loss,
+                              alpha_loss=alpha_loss, td_error=td_error))
 
     def _critic_step(self, time_steps, actions, next_time_steps, weights):
+        """One critic update; returns its loss and each window's priority (before it)."""
         variables = list(object_identity.ObjectIdentitySet(
             self._critic_network_1.trainable_variables
             + self._critic_network_2.trainable_variables))
+        recorder = TdErrorRecorder(self._td_errors_loss_fn)
         with tf.GradientTape(watch_accessed_variables=False) as tape:
             tape.watch(variables)
             loss = self._critic_loss_weight * self.critic_loss(
-                time_steps, actions, next_time_steps, td_errors_loss_fn=self._td_errors_loss_fn,
+                time_steps, actions, next_time_steps, td_errors_loss_fn=recorder,
                 gamma=self._gamma, reward_scale_factor=self._reward_scale_factor,
                 weights=weights, training=True)
         tf.debugging.check_numerics(loss, 'Critic loss is inf or nan.')
         self._apply_gradients(tape.gradient(loss, variables), variables, self._critic_optimizer)
-        return loss
+        return loss, recorder.priorities()
 
     def _actor_step(self, time_steps, weights):
         """Maximises min(Q1, Q2) - alpha * log pi; returns the loss and the sample's log pi."""
@@ -169,7 +225,7 @@ def make_agent(time_step_spec, action_spec, train_step, *,
       exploration_noise_horizon: steps per colored-noise sequence (the episode length).
 
     Returns:
-      A `tf_agents.agents.TFAgent` with `summary_scalars` and `batch_diagnostics`.
+      A `SacAgent` (a TF-Agents `TFAgent` with the experiment's `AgentSurface`).
     """
     validate(action_spec, 'sac.make_agent', locals())
     check('sac.make_agent', locals(), positive=('exploration_noise_horizon',),
@@ -200,9 +256,6 @@ def make_agent(time_step_spec, action_spec, train_step, *,
         exploration_noise_beta=exploration_noise_beta,
         exploration_noise_horizon=exploration_noise_horizon)
     agent.initialize()
-    # Agent-specific scalars the experiment writes to TensorBoard (name -> callable).
-    agent.summary_scalars = {'train/alpha': lambda: agent.alpha}
-    agent.batch_diagnostics = lambda experience: batch_diagnostics(agent, experience)
     return agent
 
 

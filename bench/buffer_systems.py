@@ -20,7 +20,7 @@ What is measured, for a vector (CartPole-like) and an image (84x84x4 uint8)
   per env copy as its actors would run; the numpy ring from Python. Reverb
   inserts are timed until the server has confirmed them (a final flush).
 - sample rate, batch 256 of 2-step windows: our in-process backends draw K=32
-  batches in one `tf.function` (jit-compiled when `supports_xla`), exactly the
+  batches in one `tf.function` (jit-compiled when `capabilities.xla`), exactly the
   learner's train chunk; our Reverb backends the same without XLA; TF-Agents'
   classes through their documented `as_dataset(...)` iterated eagerly, and
   also iterated K times inside a `tf.function`.
@@ -286,7 +286,7 @@ class OurSystem:
         self._spec = data_spec(kind)
         self._backend = backend_cls(self._spec, capacity=CAPACITY, num_envs=num_envs,
                                     batch_size=BATCH_SIZE, num_steps=NUM_STEPS, seed=0)
-        self._jit = bool(self._backend.supports_xla)
+        self._jit = bool(self._backend.capabilities.xla)
         self._reverb = hasattr(self._backend, 'server_address')
         self._insert = _insert_function(self._backend.add, self.stream)
         self._tf = tf

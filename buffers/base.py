@@ -6,8 +6,9 @@ and nothing else changes. Capacity always counts transitions (env steps summed
 over all batched env copies), whatever the backend stores underneath.
 """
 
+import dataclasses
 import math
-from typing import Any, Mapping, NamedTuple, Protocol, runtime_checkable
+from typing import Any, ClassVar, Mapping, NamedTuple, Protocol, runtime_checkable
 
 import tensorflow as tf
 
@@ -32,11 +33,51 @@ class SampleInfo(NamedTuple):
     probabilities: tf.Tensor
 
 
+@dataclasses.dataclass(frozen=True)
+class Capabilities:
+    """What a backend supports, declared by its class; every default is "no".
+
+    The experiment decides from these, never by probing a backend for methods or
+    attributes. A backend class declares `capabilities = Capabilities(...)`; an
+    instance may narrow it (`capabilities` is then an instance attribute, e.g.
+    XLA only for small rows), and wrappers derive theirs from what they wrap.
+
+    Attributes:
+      xla: `add` and `sample` compile with XLA (the loop jit-compiles its chunks).
+      concurrent_writes: `allow_concurrent_writes(steps)` readies it for a collector
+        thread that writes while the learner samples (run.overlap_collection).
+      episode_windows: sampled windows never cross an episode start.
+      own_checkpoints: it writes its own checkpoint files, so it needs a
+        `checkpoint_dir=` that outlives the process (Reverb's table checkpoints).
+      bulk_steps: `add_steps([T, ...])` writes T steps of its one env copy at once
+        (a dataset import in chunks rather than one `add` per step).
+      priorities: `update_priorities` changes what is sampled (prioritized replay);
+        the learner then feeds every agent's per-window priorities back.
+      server: it keeps its data in a Reverb server, which other processes can reach
+        (the only kind a distributed run can use).
+    """
+
+    xla: bool = False
+    concurrent_writes: bool = False
+    episode_windows: bool = False
+    own_checkpoints: bool = False
+    bulk_steps: bool = False
+    priorities: bool = False
+    server: bool = False
+
+    def narrowed(self, **conditions):
+        """Keeps each named capability only where its condition holds (never turns one on):
+        for an instance that cannot do all its class can."""
+        declared = dataclasses.asdict(self)
+        return dataclasses.replace(self, **{name: declared[name] and bool(condition)
+                                            for name, condition in conditions.items()})
+
+
 @runtime_checkable
 class ReplayBackend(Protocol):
     """One replay buffer: a write side for actors and a read side for the learner."""
 
-    supports_xla: bool
+    capabilities: ClassVar[Capabilities]
 
     def add(self, trajectory) -> None:
         """Adds one batched step `[N, ...]` (N = env copies); an observer."""
@@ -69,17 +110,11 @@ class ReplayBackend(Protocol):
 def allow_concurrent_writes(backend, steps):
     """Readies `backend` for a collector thread that writes while the learner samples
     (run.overlap_collection), or refuses it in one line if it cannot be."""
-    allow = getattr(backend, 'allow_concurrent_writes', None)
-    if allow is None:
-        raise concurrent_writes_refused(backend)
-    allow(steps)
-
-
-def concurrent_writes_refused(backend):
-    """The one-line error for a backend that cannot be written while it samples."""
-    return UserError(f"{type(backend).__name__} cannot be written while it samples "
-                     "(run.overlap_collection): use UniformReplay, or turn "
-                     "run.overlap_collection off.")
+    if not backend.capabilities.concurrent_writes:
+        raise UserError(f"{type(backend).__name__} cannot be written while it samples "
+                        "(run.overlap_collection): use UniformReplay, or turn "
+                        "run.overlap_collection off.")
+    backend.allow_concurrent_writes(steps)
 
 
 def check_priority_settings(scope, alpha, priority_epsilon):

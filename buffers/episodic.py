@@ -47,7 +47,7 @@ import numpy as np
 import tensorflow as tf
 from tf_agents.trajectories.time_step import StepType
 
-from buffers.base import SampleInfo
+from buffers.base import Capabilities, SampleInfo
 from buffers.uniform import UniformReplay
 from core.errors import UserError
 
@@ -95,9 +95,8 @@ class EpisodicReplay(UniformReplay):
     arbitrary and its probabilities (1.0) are not meaningful.
     """
 
-    supports_xla = True
-
-    windows_stay_in_episodes = True
+    # Its own `add` (episode ids) and sampling (valid windows per episode).
+    capabilities = Capabilities(xla=True, episode_windows=True)
 
     def __init__(self, data_spec, *, capacity, num_envs=1, batch_size=1, num_steps=2, seed=0,
                  name='episodic_replay'):

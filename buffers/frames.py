@@ -192,7 +192,6 @@ class _CodecName(tf.train.experimental.PythonState):
 class FrameStackedReplay(tf.Module):
     """Any replay backend, storing single frames and sampling stacks of `num_frames`."""
 
-    supports_xla = False  # decoding and the stacking gathers run on TF's own kernels
 
     def __init__(self, backend_class, data_spec, *, num_frames, capacity, num_envs=1,
                  batch_size=1, num_steps=2, seed=0, codec='lz4', jpeg_quality=95,
@@ -220,7 +219,7 @@ class FrameStackedReplay(tf.Module):
             raise UserError(f"run.frame_stack={num_frames} needs uint8 frames [H, W] from the "
                             f"environment, not {_describe(stack_spec)}: use an image "
                             "environment (e.g. ALE/Pong-v5) or run.frame_stack=1.")
-        if getattr(backend_class, 'windows_stay_in_episodes', False):
+        if backend_class.capabilities.episode_windows:
             raise UserError(f"{backend_class.__name__} keeps sampled windows inside one episode, "
                             f"so with run.frame_stack={num_frames} an episode's first "
                             f"{num_frames - 1} steps (which need frames before them) would never "
@@ -230,7 +229,7 @@ class FrameStackedReplay(tf.Module):
         self.codec = Codec(codec, frame_spec.shape, jpeg_quality)
         self.frame_file = None
         if storage == 'memmap':
-            if codec != 'none' or getattr(backend_class, 'writes_own_checkpoints', False):
+            if codec != 'none' or backend_class.capabilities.own_checkpoints:
                 raise UserError("FrameStackedReplay.storage='memmap' keeps raw frames in a file "
                                 "this process owns: use it with FrameStackedReplay.codec='none' "
                                 "and an in-process backend (not Reverb).")
@@ -249,6 +248,9 @@ class FrameStackedReplay(tf.Module):
         self.inner = backend_class(
             self.stored_spec, capacity=capacity, num_envs=num_envs, batch_size=batch_size,
             num_steps=num_steps + num_frames - 1, seed=seed, **options)
+        # The inner backend's, except XLA (decoding and the stacking gathers run on TF's own
+        # kernels) and bulk steps (they would bypass the codec).
+        self.capabilities = self.inner.capabilities.narrowed(xla=False, bulk_steps=False)
 
     @property
     def data_spec(self):

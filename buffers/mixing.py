@@ -31,8 +31,8 @@ class MixedSource:
     def __init__(self, first, second, *, fraction):
         self._first, self._second = first, second
         self._fraction = fraction
-        self.supports_xla = bool(getattr(first, 'supports_xla', False)
-                                 and getattr(second, 'supports_xla', False))
+        # XLA only if both sources compile; priorities go back to whichever source has them.
+        self.xla = first.capabilities.xla and second.capabilities.xla
 
     @property
     def fraction(self):
@@ -97,8 +97,10 @@ class MixedReplay:
         self.online, self.logged = online, logged
         self._mixed = MixedSource(online, logged, fraction=logged_fraction)
         self._batch_size = batch_size
-        self.supports_xla = self._mixed.supports_xla
-        self.writes_own_checkpoints = getattr(online, 'writes_own_checkpoints', False)
+        # The online backend's: writes and checkpoints go there; no concurrent writes (the
+        # mixing counters), no bulk steps (nothing imports into a mixed buffer).
+        self.capabilities = online.capabilities.narrowed(
+            xla=self._mixed.xla, concurrent_writes=False, bulk_steps=False)
         self._sampled_logged = tf.Variable(0, dtype=tf.int64, trainable=False)
         self._sampled_online = tf.Variable(0, dtype=tf.int64, trainable=False)
 

@@ -26,7 +26,7 @@ rows never written) have probability exactly 0.
 import gin
 import tensorflow as tf
 
-from buffers.base import SampleInfo, check_priority_settings
+from buffers.base import Capabilities, SampleInfo, check_priority_settings
 from buffers.uniform import UniformReplay
 from core.errors import UserError
 
@@ -49,7 +49,9 @@ class PrioritizedReplay(UniformReplay):
     mean loss does not care, and skipping a shuffle saves a sort per batch.
     """
 
-    supports_xla = True
+    # Its own `add` (priorities with every row) and sampling (the sum tree, which a
+    # concurrent writer would change under a draw): no bulk steps, no concurrent writes.
+    capabilities = Capabilities(xla=True, priorities=True)
 
     def __init__(self, data_spec, *, capacity, num_envs=1, batch_size=1, num_steps=2, seed=0,
                  alpha=0.6, priority_epsilon=1e-6, name='prioritized_replay'):

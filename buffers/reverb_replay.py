@@ -79,7 +79,7 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
-from buffers.base import SampleInfo, check_priority_settings, validate_capacity
+from buffers.base import Capabilities, SampleInfo, check_priority_settings, validate_capacity
 from core.checks import check
 from core.errors import UserError
 
@@ -194,10 +194,9 @@ class _ReverbCheckpoint(tf.train.experimental.PythonState):
 class _ReverbReplay:
     """Shared machinery of the Reverb backends (see the module docstring)."""
 
-    supports_xla = False
     # The wiring passes `checkpoint_dir` (inside the run directory) to backends
     # that write their own checkpoints, so a resumed run finds them.
-    writes_own_checkpoints = True
+    capabilities = Capabilities(own_checkpoints=True, server=True)
     default_table_name = None
 
     def __init__(self, data_spec, *, capacity, num_envs=1, batch_size=1, num_steps=2, seed=0,
@@ -299,6 +298,7 @@ class _ReverbReplay:
         self._items_created = 0  # windows handed to the writer
         self._closed = False
         self._server = None
+        self._writer = None  # opened by `_connect`; `close` may come before it
         self._temp_dir_cleanup = None
         if checkpoint_dir is None:
             checkpoint_dir = tempfile.mkdtemp(prefix='reverb_replay_')
@@ -412,7 +412,7 @@ class _ReverbReplay:
     def _disconnect(self):
         self._iterators = {}
         self._tf_client = None
-        if getattr(self, '_writer', None) is not None:
+        if self._writer is not None:
             self._writer.close()
         self._writer = None
 
@@ -734,6 +734,7 @@ class ReverbPrioritizedReplay(_ReverbReplay):
     error is known. That maximum is checkpointed with the buffer.
     """
 
+    capabilities = Capabilities(own_checkpoints=True, server=True, priorities=True)
     default_table_name = 'reverb_prioritized_replay'
 
     def __init__(self, data_spec, *, capacity, num_envs=1, batch_size=1, num_steps=2, seed=0,

@@ -13,7 +13,7 @@ observation is stored once, not twice as (obs, next_obs) pairs would be.
 import gin
 import tensorflow as tf
 
-from buffers.base import SampleInfo, concurrent_writes_refused, validate_capacity
+from buffers.base import Capabilities, SampleInfo, validate_capacity
 from core.errors import UserError
 
 XLA_MAX_ROW_BYTES = 4096
@@ -33,7 +33,7 @@ class UniformReplay(tf.Module):
     and agents mask those boundary transitions.
     """
 
-    supports_xla = True
+    capabilities = Capabilities(xla=True, concurrent_writes=True, bulk_steps=True)
 
     def __init__(self, data_spec, *, capacity, num_envs=1, batch_size=1, num_steps=2, seed=0,
                  name='uniform_replay'):
@@ -66,8 +66,9 @@ class UniformReplay(tf.Module):
         self._write_guard = 0
         # XLA's CPU gather is ~1.7x slower than TF's own for large rows (28 KB image rows,
         # measured by `make bench`), so only buffers of small rows ask the loop to compile.
-        self.supports_xla = type(self).supports_xla and (
-            _largest_row_bytes(data_spec) <= XLA_MAX_ROW_BYTES)
+        # Bulk writes (`add_steps`) fill one env copy's ring in order.
+        self.capabilities = type(self).capabilities.narrowed(
+            xla=_largest_row_bytes(data_spec) <= XLA_MAX_ROW_BYTES, bulk_steps=num_envs == 1)
 
     @property
     def capacity(self):
@@ -91,20 +92,15 @@ class UniformReplay(tf.Module):
         with tf.control_dependencies(writes):
             self._num_adds.assign_add(1)
 
-    @property
-    def accepts_steps(self):
-        """Whether `add_steps` may be used: one env copy, and rows are all `add` writes."""
-        return self._num_envs == 1 and type(self).add is UniformReplay.add
-
     def add_steps(self, steps):
         """Writes `T` consecutive steps of the one env copy, `[T, ...]`, as T `add`s would.
 
         Loading a dataset (rlds_io.importing) goes through here in chunks: one `add` per
         step costs ~0.2 ms of graph-loop overhead, four minutes for a 1M-step dataset.
         """
-        if not self.accepts_steps:
+        if not self.capabilities.bulk_steps:
             raise NotImplementedError(f"{type(self).__name__}.add_steps needs num_envs=1 and "
-                                      "UniformReplay's own add.")
+                                      "UniformReplay's own add (capabilities.bulk_steps).")
         count = tf.shape(tf.nest.flatten(steps)[0], out_type=tf.int64)[0]
         tf.debugging.assert_less_equal(count, tf.cast(self._rows_per_env, tf.int64),
                                        message='add_steps: more steps than the ring holds')
@@ -120,10 +116,9 @@ class UniformReplay(tf.Module):
         Sampling then skips the oldest `steps` rows of a full ring: those are the
         ones such a writer may be overwriting while a window is gathered. Call it
         before the first `sample` is traced. Subclasses that keep more state than
-        the rows (prioritized replay's sum tree) refuse.
+        the rows (prioritized replay's sum tree) declare `concurrent_writes=False`;
+        callers go through `buffers.base.allow_concurrent_writes`, which refuses them.
         """
-        if type(self).sample is not UniformReplay.sample:
-            raise concurrent_writes_refused(self)
         if steps + 1 >= self._rows_per_env:
             raise UserError(f"run.overlap_collection keeps the oldest {steps} steps per env "
                             f"copy out of sampling, but the replay holds only "

@@ -136,7 +136,9 @@ class Training:
         self._num_steps = num_steps
         self._train_steps = train_steps
         self._importance_beta = importance_beta
-        self.uses_xla = bool(use_xla and backend.supports_xla)
+        self.uses_xla = bool(use_xla and backend.capabilities.xla)
+        # Decided once, here: a prioritized backend gets every agent's priorities back.
+        self._feeds_priorities = backend.capabilities.priorities
         self.compiled_train = tf.function(self.train_chunk, jit_compile=self.uses_xla)
         self.train = agent_numerics_checked(self.compiled_train)
 
@@ -185,15 +187,15 @@ class Training:
         return batches.get_next()
 
     def _step(self, experience, info):
-        """One gradient step; prioritized backends get the TD errors back as priorities."""
+        """One gradient step; prioritized backends get the agent's priorities back."""
         weights = importance_weights(info.probabilities, self._importance_beta())
         # Batched auto-resetting envs store LAST -> FIRST boundary steps; a window starting
         # on one is no transition at all. DQN masks them itself, SAC does not: zero them here.
         weights *= tf.cast(experience.step_type[:, 0] != ts.StepType.LAST, weights.dtype)
         loss_info = self._agent.train(experience, weights=weights)
-        td_error = getattr(loss_info.extra, 'td_error', None)
-        if td_error is not None:
-            self._backend.update_priorities(info.keys, tf.abs(td_error))
+        if self._feeds_priorities:
+            self._backend.update_priorities(info.keys,
+                                            self._agent.sample_priorities(loss_info))
         return loss_info.loss
 
 

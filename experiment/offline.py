@@ -8,8 +8,6 @@ not checkpointed: a resumed run reloads it from disk, which gives the same
 buffer.
 """
 
-import functools
-import os
 import time
 
 import tensorflow as tf
@@ -19,9 +17,9 @@ from core import tags
 from experiment import config as config_lib
 from experiment import staged_agent
 from experiment.loop import ALL_FINITE, Training
-from experiment.trainer import Hook, Trainer, build_backend, resume_seed
+from experiment.replay import Mode, build_replay
+from experiment.trainer import Hook, Trainer, resume_seed
 from rlds_io.files import Dataset
-from rlds_io.importing import load_dataset_into_backend
 
 
 def train_offline(root_dir, seed=0, force=False, config=None):
@@ -51,17 +49,12 @@ def _train(trainer, config, dataset, seed):
         config.make_agent, config.preprocessing, tf_env.time_step_spec(), tf_env.action_spec(),
         trainer.train_step, num_envs=tf_env.batch_size, collects=False,
         frame_stack=config.frame_stack)
-    num_steps = agent.train_sequence_length or 2
     # With frame stacks (a pixel dataset holds one frame per step), replay keeps single frames
     # (FrameStackedReplay.storage='memmap' puts them in root_dir/replay_frames) and samples stacks.
-    make_backend = functools.partial(
-        build_backend, config.replay_backend, frame_stack=config.frame_stack,
-        **({'directory': os.path.join(trainer.root_dir, 'replay_frames')}
-           if config.frame_stack > 1 else {}))
-    backend = load_dataset_into_backend(
-        dataset, make_backend, spec=agent.collect_data_spec,
-        batch_size=config.batch_size, num_steps=num_steps, seed=seed, verbose=config.verbose)
-    start_step = trainer.restore(trainer.train_step, **staged_agent.checkpoint_items(agent))
+    replay = build_replay(Mode.OFFLINE, config, agent, num_envs=1, seed=seed,
+                          root_dir=trainer.root_dir, dataset=dataset)
+    backend, num_steps = replay.backend, replay.num_steps
+    start_step = trainer.restore(trainer.train_step, **agent.checkpoint_items())
     if start_step > 0:
         tf.random.set_seed(resume_seed(seed, start_step))
     training = Training(agent=agent, backend=backend, batch_size=config.batch_size,
@@ -76,10 +69,10 @@ def _train(trainer, config, dataset, seed):
     def write_summaries(step, diagnostics):
         values = {'train/' + name: value.numpy() for name, value in diagnostics.items()
                   if name != ALL_FINITE}
-        values.update({name: float(fn()) for name, fn in agent.summary_scalars.items()})
+        values.update({name: float(value) for name, value in agent.summary_scalars().items()})
         values[tags.TRAIN_STEPS_PER_SEC] = rate(step)
         trainer.writer.scalars(values, step)
-        trainer.writer.kinds(staged_agent.summaries(agent), step)
+        trainer.writer.kinds(agent.stage_summaries(), step)
 
     hooks = [Hook(config.summary_interval, write_summaries),
              Hook(config.eval_interval, trainer.evaluate),

@@ -14,8 +14,6 @@ from tf_agents.environments import tf_py_environment
 from tf_agents.metrics import tf_metrics
 
 from buffers.base import allow_concurrent_writes
-from buffers.mixing import MixedReplay
-from buffers.uniform import UniformReplay
 from core import tags
 from core.errors import UserError
 from core.schedules import linear_schedule
@@ -24,10 +22,9 @@ from experiment import config as config_lib
 from experiment import staged_agent
 from experiment.buffer_probe import BufferProbe
 from experiment.loop import FusedLoop
+from experiment.replay import Mode, build_replay
 from experiment.train_summaries import TrainSummaries
-from experiment.trainer import Hook, Trainer, build_backend, resume_seed
-from rlds_io.files import Dataset
-from rlds_io.importing import load_dataset_into_backend
+from experiment.trainer import Hook, Trainer, resume_seed
 from rlds_io.recording import ExperienceRecorder
 
 
@@ -59,9 +56,10 @@ def _train(trainer, config, seed):
     agent = staged_agent.build_agent(
         config.make_agent, config.preprocessing, tf_env.time_step_spec(), tf_env.action_spec(),
         trainer.train_step, num_envs=num_envs, collects=True, frame_stack=config.frame_stack)
-    num_steps = agent.train_sequence_length or 2
-    backend = _build_replay(config, trainer, agent, tf_env, num_envs=num_envs,
-                            num_steps=num_steps)
+    replay = build_replay(Mode.SINGLE, config, agent, num_envs=num_envs, seed=trainer.seed,
+                          root_dir=trainer.root_dir,
+                          env_specs=(tf_env.time_step_spec(), tf_env.action_spec()))
+    backend, num_steps = replay.backend, replay.num_steps
     if config.overlap_collection:
         allow_concurrent_writes(backend, config.collect_steps_per_iteration // num_envs)
     train_metrics = {
@@ -70,7 +68,7 @@ def _train(trainer, config, seed):
             tf_metrics.AverageEpisodeLengthMetric(batch_size=num_envs),
         tags.TRAIN_EPISODES: tf_metrics.NumberOfEpisodes(),
     }
-    start_step = trainer.restore(env_step, **staged_agent.checkpoint_items(agent),
+    start_step = trainer.restore(env_step, **agent.checkpoint_items(),
                                  env_step=env_step,
                                  replay=backend.checkpoint_items(),
                                  metrics=list(train_metrics.values()))
@@ -92,11 +90,11 @@ def _train(trainer, config, seed):
         trainer.on_checkpoint(recorder.save_shard)
     loop = FusedLoop(agent=agent, tf_env=tf_env, backend=backend,
                      observers=(list(train_metrics.values()) + ([recorder] if recorder else [])
-                                + staged_agent.collection_observers(agent)),
+                                + agent.collection_observers()),
                      env_steps=env_step, batch_size=config.batch_size, num_steps=num_steps,
                      train_steps=config.train_steps_per_iteration, use_xla=config.use_xla,
                      importance_beta=importance_beta,
-                     chunk_observers=staged_agent.chunk_observers(agent),
+                     chunk_observers=agent.chunk_observers(),
                      sample_ahead=config.sample_ahead,
                      overlap_collection=config.overlap_collection)
     trainer.start(start_step, budget=config.num_env_steps, policy=agent.policy,
@@ -105,14 +103,14 @@ def _train(trainer, config, seed):
                                            if config.snapshot_collect_policy else None))
     summaries = TrainSummaries(
         trainer.writer, agent=agent, backend=backend, train_metrics=train_metrics,
-        train_step=trainer.train_step, extra=lambda: staged_agent.summaries(agent, 'scalar'),
+        train_step=trainer.train_step, extra=lambda: agent.stage_summaries('scalar'),
         probe=BufferProbe(backend, batch_size=config.batch_size, num_steps=num_steps,
                           importance_beta=importance_beta))
     if start_step == 0 and config.initialize_from:
         trainer.evaluate(0)  # where the initial weights start: the bar online training must beat
 
     step = _collect_initial(trainer, loop, config, env_step, num_envs)
-    staged_agent.end_warmup(agent)
+    agent.end_warmup()
     summaries.start(step)
     steps_per_chunk = config.collect_steps_per_iteration // num_envs
 
@@ -124,7 +122,7 @@ def _train(trainer, config, seed):
     def write_statistics(step, diagnostics):
         # Histograms cost milliseconds each to write: with checkpoints, not every summary.
         del diagnostics
-        trainer.writer.kinds(staged_agent.summaries(agent, 'histogram'), step)
+        trainer.writer.kinds(agent.stage_summaries('histogram'), step)
 
     hooks = [Hook(config.summary_interval, summaries.write),
              Hook(config.checkpoint_interval or config.summary_interval, write_statistics),
@@ -153,33 +151,6 @@ def _train(trainer, config, seed):
     return metrics
 
 
-def _build_replay(config, trainer, agent, tf_env, *, num_envs, num_steps):
-    """The configured backend, mixed with the logged dataset for offline-to-online."""
-    options = {}
-    if getattr(config.replay_backend, 'writes_own_checkpoints', False):
-        # Reverb writes its table checkpoints itself; they must outlive the process to resume.
-        options['checkpoint_dir'] = os.path.join(trainer.root_dir, 'checkpoints', 'replay')
-    if config.frame_stack > 1:
-        # Only FrameStackedReplay.storage='memmap' writes there (frames larger than RAM).
-        options['directory'] = os.path.join(trainer.root_dir, 'replay_frames')
-    backend = build_backend(config.replay_backend, agent.collect_data_spec,
-                            capacity=config.replay_capacity, num_envs=num_envs,
-                            batch_size=config.batch_size, num_steps=num_steps, seed=trainer.seed,
-                            frame_stack=config.frame_stack, **options)
-    if not config.logged_dataset:
-        return backend
-    if config.frame_stack > 1:
-        raise UserError("run.logged_dataset with run.frame_stack > 1 is not supported: datasets "
-                        "hold observations as the agent sees them, not single frames.")
-    dataset = Dataset(config.logged_dataset)
-    dataset.check_specs(tf_env.time_step_spec(), tf_env.action_spec())
-    logged = load_dataset_into_backend(
-        dataset, UniformReplay, spec=agent.collect_data_spec, batch_size=config.batch_size,
-        num_steps=num_steps, seed=trainer.seed, verbose=config.verbose)
-    return MixedReplay(backend, logged, logged_fraction=config.logged_fraction,
-                       batch_size=config.batch_size)
-
-
 def _collect_initial(trainer, loop, config, env_step, num_envs):
     """Random actions (or the initial agent's) until `initial_collect_steps`; returns the step."""
     collect = loop.collect_with_agent if config.initialize_from else loop.collect_random
@@ -196,7 +167,7 @@ def _initialize_agent(agent, run_dir, trainer):
     if path is None:
         raise UserError(f"run.initialize_from={run_dir!r} holds no checkpoint: point it at a "
                         "finished run directory (one with checkpoints/).")
-    items = staged_agent.checkpoint_items(agent)
+    items = agent.checkpoint_items()
     has_statistics = any(name.startswith('preprocess/')
                          for name, _ in tf.train.list_variables(path))
     if has_statistics != ('preprocess' in items):

@@ -19,13 +19,18 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
+from agents.surface import AgentSurface
 from core.errors import UserError
 from preprocessing import stage
 from preprocessing.transforms import FeatureFunction, RewardScaling
 
 
-class StagedAgent:
-    """`agent` behind `preprocessor`; attributes it does not change are the agent's."""
+class StagedAgent(AgentSurface):
+    """`agent` behind `preprocessor`; attributes it does not change are the agent's.
+
+    The stage is an ordinary `AgentSurface`: it adds its statistics to the checkpoint,
+    its observers to collection and its summaries, and forwards the rest to the agent.
+    """
 
     def __init__(self, agent, preprocessor, raw_time_step_spec, *, learns_statistics):
         self.agent = agent
@@ -45,7 +50,35 @@ class StagedAgent:
     def batch_diagnostics(self, experience):
         return self.agent.batch_diagnostics(self.preprocessor.experience(experience))
 
+    @property
+    def gives_priorities(self):
+        return self.agent.gives_priorities
+
+    def summary_scalars(self):
+        return self.agent.summary_scalars()
+
+    def sample_priorities(self, loss_info):
+        return self.agent.sample_priorities(loss_info)
+
+    def checkpoint_items(self):
+        return {'agent': self.agent, 'preprocess': self.preprocessor}
+
+    def collection_observers(self):
+        return [self.preprocessor.observe]
+
+    def chunk_observers(self):
+        return [self.preprocessor.end_chunk]
+
+    def end_warmup(self):
+        self.preprocessor.freeze()
+
+    def stage_summaries(self, kind=None):
+        return {tag: value for tag, value in self.preprocessor.summaries().items()
+                if kind is None or value[0] == kind}
+
     def __getattr__(self, name):
+        # Delegation of the TF-Agents attributes the stage leaves alone (specs, variables,
+        # train_sequence_length), not a capability probe.
         return getattr(self.agent, name)
 
 
@@ -110,36 +143,3 @@ def stacked_time_step_spec(time_step_spec, frame_stack):
     stack = tensor_spec.BoundedTensorSpec([*frame.shape, frame_stack], tf.uint8, 0, 255,
                                           name=frame.name)
     return time_step_spec._replace(observation=stack)
-
-
-def checkpoint_items(agent):
-    """What a checkpoint holds of an agent: the agent, and the stage's statistics if staged."""
-    if isinstance(agent, StagedAgent):
-        return {'agent': agent.agent, 'preprocess': agent.preprocessor}
-    return {'agent': agent}
-
-
-def collection_observers(agent):
-    """Observers a collecting process adds so that the statistics follow its data."""
-    return [agent.preprocessor.observe] if isinstance(agent, StagedAgent) else []
-
-
-def chunk_observers(agent):
-    """What runs once after every collect chunk: the gathered statistics are folded in."""
-    return [agent.preprocessor.end_chunk] if isinstance(agent, StagedAgent) else []
-
-
-def end_warmup(agent):
-    if isinstance(agent, StagedAgent):
-        agent.preprocessor.freeze()
-
-
-def summaries(agent, kind=None):
-    """{tag: (kind, tensor)} of the stage's statistics for TensorBoard ({} without a stage);
-    only those of `kind` ('scalar' or 'histogram') if given."""
-    if not isinstance(agent, StagedAgent):
-        return {}
-    return {tag: value for tag, value in agent.preprocessor.summaries().items()
-            if kind is None or value[0] == kind}
-
-

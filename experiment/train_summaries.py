@@ -30,8 +30,8 @@ class TrainSummaries:
         for name, value in diagnostics.items():  # loss and the agent's batch diagnostics
             if name != ALL_FINITE:
                 values['train/' + name] = value.numpy()
-        for name, value_fn in getattr(self._agent, 'summary_scalars', {}).items():
-            values[name] = float(value_fn())
+        for name, value in self._agent.summary_scalars().items():
+            values[name] = float(value)
         rates = self._loop_rates(
             {'env_steps': env_step, 'train_steps': int(self._train_step.numpy())})
         values[tags.ENV_STEPS_PER_SEC] = rates['env_steps_per_sec']

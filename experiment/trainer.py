@@ -19,7 +19,6 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from buffers.frames import FrameStackedReplay
 from core import rundir, tags
 from core.errors import UserError
 from core.export import export_policy, export_snapshot
@@ -381,19 +380,3 @@ def nonfinite(diagnostics):
         return []  # the usual case: one read of the chunk's own flag
     return [name for name, value in diagnostics.items()
             if name != ALL_FINITE and not np.all(np.isfinite(np.asarray(value)))]
-
-
-def build_backend(backend_class, data_spec, frame_stack=1, **options):
-    """Builds a replay backend; its errors say which bindings set the values they name.
-
-    With `frame_stack` > 1 the backend stores single frames and samples stacks
-    (`FrameStackedReplay`, buffers/frames.py).
-    """
-    try:
-        if frame_stack > 1:
-            return FrameStackedReplay(backend_class, data_spec, num_frames=frame_stack,
-                                      **options)
-        return backend_class(data_spec, **options)
-    except UserError as error:
-        raise UserError(f"{error} (replay: run.replay_backend={backend_class.__name__}, "
-                        "capacity = run.replay_capacity, batch_size = run.batch_size)") from None

@@ -93,7 +93,7 @@ LOAD_CHUNK = 4096  # steps per `add_steps` call when the backend takes whole chu
 
 
 def _add_all(trajectory_dataset, backend):
-    if getattr(backend, 'accepts_steps', False):
+    if backend.capabilities.bulk_steps:
         @tf.function
         def add_chunks():
             count = tf.constant(0, tf.int64)

@@ -25,6 +25,7 @@ from envs.suite import make_env
 from experiment.distributed import common, tables
 from experiment.distributed.waiting import TRANSIENT, Stopped, Watchdog, one_line, retry
 from experiment.loop import Collection
+from experiment.replay import Mode
 
 
 class _Collector:
@@ -32,7 +33,7 @@ class _Collector:
 
     def __init__(self, role, settings, params, *, address, collector_id, seed):
         self.role, self.settings, self.params = role, settings, params
-        self.address = address
+        self.address, self.seed = address, seed
         env = make_env(seed=seed + 1_000 * (collector_id + 1))
         self.agent, self.train_step, self.tf_env = common.build_agent(params, seed=seed, env=env)
         self.num_envs = self.tf_env.batch_size
@@ -74,8 +75,9 @@ class _Collector:
                 pass
         self.writer = retry(
             self.role,
-            lambda: common.remote_backend(self.params, self.settings, self.agent,
-                                          num_envs=self.num_envs, address=self.address),
+            lambda: common.remote_backend(Mode.COLLECTOR, self.params, self.settings, self.agent,
+                                          num_envs=self.num_envs, address=self.address,
+                                          seed=self.seed),
             what='opening the replay writer', whom=f'the replay server at {self.address}',
             timeout_s=self.settings.timeout_s)
         self.fresh_writer = True

@@ -19,8 +19,8 @@ from envs.suite import make_env
 from experiment import staged_agent
 from experiment.distributed import config
 from experiment.distributed.config import REPLAY_TABLE
+from experiment.replay import ServerLink, build_replay
 from experiment.summaries import SummaryWriter
-from experiment.trainer import build_backend
 
 ROLE_DIRS = {'replay': 'replay', 'learn': 'learner', 'eval': 'eval'}
 
@@ -70,27 +70,15 @@ def build_agent(params, *, seed, env=None):
     return agent, train_step, tf_env
 
 
-def num_steps_of(agent):
-    return agent.train_sequence_length or 2
+def remote_backend(mode, params, settings, agent, *, num_envs, address, seed):
+    """The run's replay backend for a collector or the learner, at the replay server.
 
-
-def remote_backend(params, settings, agent, *, num_envs, address, read_only=False):
-    """The run's Reverb replay backend pointed at the replay server.
-
-    Collectors write through it and the learner samples through it (`read_only`: no
-    writer stream to break when the server goes away): the same
-    `ReplayBackend` (layout, priorities, ids) a single-process Reverb run uses.
-    Every wait is bounded by `settings.timeout_s`.
+    The same `ReplayBackend` (layout, priorities, ids) a single-process Reverb run
+    uses, from the one replay assembly; every wait is bounded by `settings.timeout_s`.
     """
-    return build_backend(
-        config.replay_backend_class(params), agent.collect_data_spec,
-        frame_stack=params.frame_stack, capacity=params.replay_capacity, num_envs=num_envs,
-        batch_size=params.batch_size, num_steps=num_steps_of(agent), server_address=address,
-        table_name=config.REPLAY_TABLE, flush_every=settings.flush_every,
-        rate_limiter_timeout_ms=int(settings.timeout_s * 1000), read_only=read_only,
-        # Reverb's own worker count for the learner's stream: with a fixed 2 workers a
-        # killed server crashed the learner natively (malloc) in about half the outages.
-        **({'num_workers_per_iterator': -1} if read_only else {}))
+    link = ServerLink(timeout_s=settings.timeout_s, address=address,
+                      flush_every=settings.flush_every)
+    return build_replay(mode, params, agent, num_envs=num_envs, seed=seed, link=link).backend
 
 
 def replay_counters(info):

@@ -16,12 +16,10 @@ import math
 
 import gin
 
-from buffers import reverb_replay
 from core.checks import check
 from core.errors import UserError
 from experiment import config as config_lib
-
-REPLAY_TABLE = 'distributed_replay'
+from experiment.replay import REPLAY_TABLE  # noqa: F401  (the roles' name for it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,21 +118,6 @@ def settings(samples_per_insert=None,
 def run_params():
     """The run's `RunConfig` as Gin binds it: the object a single process reads too."""
     return config_lib.load(config_lib.RunConfig)
-
-
-def replay_backend_class(params):
-    """The Reverb backend class the run's table uses: `run.replay_backend` if it is one.
-
-    A distributed run replays through a Reverb server, so a non-Reverb backend
-    (e.g. the default `UniformReplay`) maps to its Reverb counterpart.
-    """
-    backend = params.replay_backend
-    reverb_classes = (reverb_replay.ReverbUniformReplay, reverb_replay.ReverbPrioritizedReplay)
-    if isinstance(backend, type) and issubclass(backend, reverb_classes):
-        return backend
-    if getattr(backend, '__name__', '') == 'PrioritizedReplay':
-        return reverb_replay.ReverbPrioritizedReplay
-    return reverb_replay.ReverbUniformReplay
 
 
 def max_train_steps(params):

@@ -27,11 +27,11 @@ from core import rundir, tags
 from core.errors import UserError
 from core.export import export_policy
 from core.schedules import linear_schedule
-from experiment import staged_agent
 from experiment.checkpointing import Checkpointer
 from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import TRANSIENT, Stopped, Watchdog, one_line, retry
 from experiment.loop import Training
+from experiment.replay import Mode, num_steps_of
 from experiment.trainer import nonfinite
 
 
@@ -40,11 +40,11 @@ class _Learner:
 
     def __init__(self, role, settings, params, *, address, directory, seed):
         self.role, self.settings, self.params = role, settings, params
-        self.address = address
+        self.address, self.seed = address, seed
         self.agent, self.train_step, tf_env = common.build_agent(params, seed=seed)
         self.num_envs = tf_env.batch_size
         self.checkpointer = Checkpointer(os.path.join(directory, 'checkpoints'),
-                                         **staged_agent.checkpoint_items(self.agent),
+                                         **self.agent.checkpoint_items(),
                                          train_step=self.train_step)
         self.store = tables.WeightStore(address, timeout_s=settings.timeout_s)
         self.whom_server = f'the replay server at {address}'
@@ -74,15 +74,15 @@ class _Learner:
         without a new trace.
         """
         def open_backend():
-            return common.remote_backend(self.params, self.settings, self.agent,
+            return common.remote_backend(Mode.LEARNER, self.params, self.settings, self.agent,
                                          num_envs=self.num_envs, address=self.address,
-                                         read_only=True)
+                                         seed=self.seed)
 
         self.backend = retry(self.role, open_backend, what='opening the replay table',
                              whom=self.whom_server, timeout_s=self.settings.timeout_s)
         self.training = Training(agent=self.agent, backend=self.backend,
                                  batch_size=self.params.batch_size,
-                                 num_steps=common.num_steps_of(self.agent),
+                                 num_steps=num_steps_of(self.agent),
                                  train_steps=self.settings.learner_steps_per_call,
                                  use_xla=False, importance_beta=self.importance_beta)
         self.reopen()
@@ -92,7 +92,7 @@ class _Learner:
         """A fresh iterator over the table's batches (retried while the server is away)."""
         def make():
             dataset = self.backend.as_dataset(self.params.batch_size,
-                                              common.num_steps_of(self.agent))
+                                              num_steps_of(self.agent))
             return iter(dataset.prefetch(1))
 
         self.batches = retry(self.role, make, what='opening the replay dataset',
@@ -219,9 +219,9 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
                 counters = learner.counters()
             values = summaries.write(counters['inserted'], {
                 tags.TRAIN_LOSS: float(loss),
-                **{tag: float(fn()) for tag, fn in
-                   getattr(learner.agent, 'summary_scalars', {}).items()}},
-                {'learner/train_steps': step}, kinds=staged_agent.summaries(learner.agent))
+                **{tag: float(value) for tag, value in
+                   learner.agent.summary_scalars().items()}},
+                {'learner/train_steps': step}, kinds=learner.agent.stage_summaries())
             if 'learner/train_steps_per_sec' in values:
                 summaries.write(counters['inserted'], {
                     tags.TRAIN_STEPS_PER_SEC: values['learner/train_steps_per_sec']})

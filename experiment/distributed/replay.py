@@ -26,7 +26,7 @@ from buffers.reverb_replay import latest_checkpoint
 from core import rundir
 from experiment.distributed import common, config, net, tables
 from experiment.distributed.waiting import one_line
-from experiment.trainer import build_backend
+from experiment.replay import Mode, ServerLink, build_replay
 
 
 def main(root_dir, *, address, bind_all_interfaces=False, seed=0, force=False, verbose=True):
@@ -39,19 +39,15 @@ def main(root_dir, *, address, bind_all_interfaces=False, seed=0, force=False, v
     checkpoint_dir = os.path.join(directory, 'reverb')
     restoring = latest_checkpoint(checkpoint_dir)
     # The replay backend hosts the server: the table's layout, sampler and checkpoints are
-    # the ones a single-process Reverb run uses, with the distributed rate limiter.
-    backend_class = config.replay_backend_class(params)
-    built = build_backend(
-        backend_class, agent.collect_data_spec, frame_stack=params.frame_stack,
-        capacity=params.replay_capacity,
-        num_envs=tf_env.batch_size, batch_size=params.batch_size,
-        num_steps=common.num_steps_of(agent), table_name=config.REPLAY_TABLE,
-        checkpoint_dir=checkpoint_dir, port=port, rate_limiter=config.rate_limiter(settings),
-        extra_tables=[tables.variables_table(agent.collect_policy.variables())],
-        initial_checkpoint=restoring)
-    # Hosting needs only the table: with pixels, the Reverb backend inside the frame-stacking
-    # wrapper (the table stores single frames; collectors and the learner stack).
-    backend = getattr(built, 'inner', built)
+    # the ones a single-process Reverb run uses, with the distributed rate limiter. With
+    # pixels the table stores single frames; collectors and the learner stack them.
+    link = ServerLink(timeout_s=settings.timeout_s, port=port,
+                      rate_limiter=config.rate_limiter(settings),
+                      extra_tables=(tables.variables_table(agent.collect_policy.variables()),),
+                      checkpoint_dir=checkpoint_dir, initial_checkpoint=restoring)
+    backend = build_replay(Mode.SERVER, params, agent, num_envs=tf_env.batch_size, seed=seed,
+                           link=link).hosted
+    backend_class = type(backend)
     client = reverb.Client(backend.server_address)
     counters = common.replay_counters(client.server_info(int(settings.timeout_s)))
     if restoring:

@@ -1,11 +1,14 @@
-"""A distributed learner on a prioritized Reverb table feeds its TD errors back as priorities.
+"""A distributed learner on a prioritized Reverb table feeds its agent's priorities back.
 
-Real roles (replay server, learner, one collector) on DQN CartPole shrunk to
-(8, 8) networks: collectors insert every window at priority 1.0, so any
-other priority in the table was set by the learner's `update_priorities`,
-the same call a single-process prioritized run makes.
+Real roles (replay server, learner, one collector) on DQN CartPole and SAC
+Pendulum shrunk to (8, 8) networks: collectors insert every window at
+priority 1.0, so any other priority in the table was set by the learner's
+`update_priorities`, the same call a single-process prioritized run makes.
+SAC's priorities are its critics' TD errors (agents/sac.py); before they were,
+a SAC learner left every priority at 1.0.
 """
 
+import os
 
 import numpy as np
 import pytest
@@ -13,7 +16,9 @@ import reverb
 
 from experiment.distributed import common, tables
 from experiment.distributed.config import REPLAY_TABLE
-from tests.distributed.conftest import pushed_step, tiny_dqn_cluster, wait_until
+from experiment.distributed.cluster import Cluster, free_port
+from tests.distributed.conftest import (FAST, GIN_FILES, ROOT, pushed_step, tiny_dqn_cluster,
+                                        wait_until)
 
 pytestmark = [pytest.mark.reverb, pytest.mark.timeout(600)]
 
@@ -24,8 +29,18 @@ def _sampled_priorities(address, count=256):
     return np.array([sample.info.priority for sample in samples], np.float64)
 
 
-def test_the_learner_updates_priorities_on_the_server(tmp_path):
-    cluster = tiny_dqn_cluster(tmp_path, 'run.replay_backend = @ReverbPrioritizedReplay')
+def _tiny_sac_cluster(tmp_path, *bindings):
+    os.chdir(ROOT)
+    return Cluster(gin_files=GIN_FILES,
+                   gin_bindings=FAST + [*bindings, 'run.num_env_steps = 1000000'],
+                   root_dir=str(tmp_path / 'run'), port=free_port(), bind_all_interfaces=True)
+
+
+@pytest.mark.parametrize('make_cluster', [tiny_dqn_cluster, _tiny_sac_cluster],
+                         ids=['dqn', 'sac'])
+def test_the_learner_updates_priorities_on_the_server(tmp_path, make_cluster):
+    # A local PrioritizedReplay maps to its Reverb counterpart in a distributed run.
+    cluster = make_cluster(tmp_path, 'run.replay_backend = @PrioritizedReplay')
     try:
         cluster.start('replay')
         cluster.start('learn')

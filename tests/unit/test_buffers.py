@@ -100,7 +100,7 @@ class TestReplayContract:
     def test_sample_inside_xla_function(self, backend_cls):
         buffer = _make(backend_cls)
         _fill(buffer, 4)
-        jit = backend_cls.supports_xla
+        jit = backend_cls.capabilities.xla
         first = tf.function(lambda: buffer.sample(8, 2)[0]['t'], jit_compile=jit)()
         second = tf.function(lambda: buffer.sample(8, 2)[0]['t'], jit_compile=jit)()
         assert first.shape == (8, 2)
@@ -151,7 +151,7 @@ class TestReplayContract:
         for t in range(4, 12):  # keeps steps 7..11: every row of `old.keys` is overwritten
             buffer.add(_step(t))
 
-        @tf.function(jit_compile=backend_cls.supports_xla)
+        @tf.function(jit_compile=backend_cls.capabilities.xla)
         def train_once():
             _, info = buffer.sample(4, 2)
             keys = tf.concat([info.keys, info.keys[:1], old.keys], 0)
@@ -185,5 +185,5 @@ def test_impossible_capacity_is_refused(capacity, message):
 def test_large_rows_fall_back_from_xla():
     """XLA's CPU gather is slower on image-sized rows: such buffers opt out of jit."""
     image = {'obs': tf.TensorSpec([84, 84, 4], tf.uint8)}
-    assert not UniformReplay(image, capacity=8, num_envs=1, batch_size=2).supports_xla
-    assert UniformReplay(SPEC, capacity=8, num_envs=1, batch_size=2).supports_xla
+    assert not UniformReplay(image, capacity=8, num_envs=1, batch_size=2).capabilities.xla
+    assert UniformReplay(SPEC, capacity=8, num_envs=1, batch_size=2).capabilities.xla

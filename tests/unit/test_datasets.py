@@ -10,6 +10,7 @@ import tensorflow_datasets as tfds
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory as trajectory_lib
 
+from buffers.base import Capabilities
 from buffers.episodic import EpisodicReplay
 from buffers.prioritized import PrioritizedReplay
 from buffers.reverb_replay import ReverbUniformReplay
@@ -154,7 +155,7 @@ def test_loading_in_chunks_stores_what_loading_step_by_step_does(cartpole_datase
                                                                   capacity, chunk):
     """UniformReplay.add_steps (dataset loading) against one add per step, also past a wrap."""
     class OneByOne(UniformReplay):
-        accepts_steps = False
+        capabilities = Capabilities(xla=True)  # no bulk_steps: one `add` per step
 
     path, _, metadata, env = cartpole_dataset
     monkeypatch.setattr(importing, 'LOAD_CHUNK', chunk)
@@ -164,7 +165,7 @@ def test_loading_in_chunks_stores_what_loading_step_by_step_does(cartpole_datase
     added = [importing._add_all(importing.trajectories(Dataset(path)), b) for b in backends]
     assert added[0] == added[1] == metadata['num_steps']
     chunked, one_by_one = backends
-    assert chunked.accepts_steps and int(chunked._num_adds) == metadata['num_steps']
+    assert chunked.capabilities.bulk_steps and int(chunked._num_adds) == metadata['num_steps']
     for a, b in zip(tf.nest.flatten(chunked._storage), tf.nest.flatten(one_by_one._storage)):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 

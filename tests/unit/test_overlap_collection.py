@@ -11,7 +11,7 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
 from agents import dqn
-from buffers.base import allow_concurrent_writes
+from buffers.base import Capabilities, allow_concurrent_writes
 from buffers.frames import FrameStackedReplay
 from buffers.prioritized import PrioritizedReplay
 from buffers.uniform import UniformReplay
@@ -91,7 +91,7 @@ def test_backends_that_cannot_be_written_while_sampling_are_refused():
         UniformReplay(_spec(), capacity=ROWS, batch_size=8).allow_concurrent_writes(ROWS)
 
     class NoConcurrency:
-        pass
+        capabilities = Capabilities()
 
     with pytest.raises(UserError, match='NoConcurrency cannot'):
         allow_concurrent_writes(NoConcurrency(), 8)

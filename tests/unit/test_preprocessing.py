@@ -380,6 +380,6 @@ def test_without_transforms_the_agent_is_used_as_it_is():
         functools.partial(dqn.make_agent, fc_layer_params=(8,)), [], tf_env.time_step_spec(),
         tf_env.action_spec(), tf.Variable(0, dtype=tf.int64), num_envs=1, collects=True)
     assert not isinstance(agent, staged_agent.StagedAgent)  # nothing added to any graph
-    assert staged_agent.checkpoint_items(agent) == {'agent': agent}
-    assert staged_agent.collection_observers(agent) == [] and staged_agent.summaries(agent) == {}
+    assert agent.checkpoint_items() == {'agent': agent}
+    assert agent.collection_observers() == [] and agent.stage_summaries() == {}
     env.close()

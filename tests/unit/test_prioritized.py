@@ -170,7 +170,7 @@ def test_add_sample_update_compile_with_xla():
     XLA draws other random numbers than the TF kernels for the same RNG state,
     so the compiled step is checked against the law, not against an eager twin.
     """
-    assert PrioritizedReplay.supports_xla
+    assert PrioritizedReplay.capabilities.xla and PrioritizedReplay.capabilities.priorities
     buffer = _make(capacity=12, num_envs=2)  # 6 steps per env copy
     for t in range(8):  # wraps the ring
         _add(buffer, t)

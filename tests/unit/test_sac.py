@@ -8,7 +8,7 @@ from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
 from agents import sac
-from buffers.base import SampleInfo
+from buffers.base import Capabilities, SampleInfo
 from core.errors import UserError
 from envs.suite import make_env
 from experiment.loop import FusedLoop
@@ -19,7 +19,7 @@ BATCH = 8
 class _FixedBatch:
     """A replay backend stand-in that serves one fixed batch, to isolate the train step."""
 
-    supports_xla = False
+    capabilities = Capabilities()
 
     def __init__(self, experience):
         self.experience = experience
@@ -98,7 +98,7 @@ def test_discrete_actions_are_refused_with_a_pointer_to_dqn():
 def test_target_entropy_defaults_to_minus_action_dimension(pendulum):
     agent = _make_agent(pendulum)
     assert agent._target_entropy == -1.0  # pylint: disable=protected-access
-    assert float(agent.summary_scalars['train/alpha']()) == pytest.approx(1.0)
+    assert float(agent.summary_scalars()['train/alpha']) == pytest.approx(1.0)
 
 
 def test_windows_starting_on_last_steps_change_nothing(pendulum):

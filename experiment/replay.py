@@ -1,0 +1,233 @@
+"""The one replay assembly: every mode gets its backend (and wrappers) from here.
+
+A single-process run, offline training, a distributed collector, learner and
+replay server all call `build_replay` with the run's config, the agent and
+their `Mode`; nothing else constructs a backend or maps one backend class to
+another. What differs between modes is only where the data lives:
+
+- SINGLE: run.replay_backend in this process, frame-stacked for pixels, mixed with
+  a logged dataset for offline-to-online;
+- OFFLINE: run.replay_backend holding the dataset, frame-stacked for pixels;
+- COLLECTOR and LEARNER (read only): the backend's Reverb counterpart at the server,
+  frame-stacked for pixels (the collector encodes frames, the learner stacks them);
+- SERVER: the same Reverb backend hosting the server; `Replay.hosted` is the table
+  (single frames for pixels, as collectors write them).
+
+Decisions are taken from the backend class's declared `capabilities`
+(buffers/base.py) and the agent's `AgentSurface`, never by probing.
+"""
+
+import dataclasses
+import enum
+import os
+from typing import Any, Optional
+
+from buffers.base import Capabilities
+from buffers.frames import FrameStackedReplay
+from buffers.mixing import MixedReplay
+from buffers.reverb_replay import ReverbPrioritizedReplay, ReverbUniformReplay
+from buffers.uniform import UniformReplay
+from core.errors import UserError
+from rlds_io.files import Dataset
+from rlds_io.importing import load_dataset_into_backend
+
+# The replay table's name in a distributed run's Reverb server.
+REPLAY_TABLE = 'distributed_replay'
+
+
+class Mode(enum.Enum):
+    """Where a process stands towards replay."""
+
+    SINGLE = 'single process'
+    OFFLINE = 'offline'
+    COLLECTOR = 'collector'
+    LEARNER = 'learner'
+    SERVER = 'replay server'
+
+    @property
+    def distributed(self):
+        return self in (Mode.COLLECTOR, Mode.LEARNER, Mode.SERVER)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerLink:
+    """How a distributed role reaches or hosts the Reverb server.
+
+    Attributes:
+      timeout_s: bound on every wait for the server (distributed.settings.timeout_s).
+      address: 'host:port' of the server (collector, learner).
+      flush_every: items a collector's writer buffers before it sends them.
+      port, rate_limiter, extra_tables, checkpoint_dir, initial_checkpoint: what the
+        server role hosts it with (its port, the samples-per-insert limiter, the
+        variables table, where its table checkpoints go, which one it starts from).
+    """
+
+    timeout_s: float
+    address: Optional[str] = None
+    flush_every: int = 256
+    port: Optional[int] = None
+    rate_limiter: Any = None
+    extra_tables: tuple = ()
+    checkpoint_dir: Optional[str] = None
+    initial_checkpoint: Optional[str] = None
+
+
+@dataclasses.dataclass
+class Replay:
+    """What `build_replay` returns.
+
+    Attributes:
+      backend: the `ReplayBackend` the mode writes to and samples from.
+      num_steps: the window length the agent trains on.
+      hosted: for `Mode.SERVER`, the Reverb backend whose server this process hosts
+        (frames stored single, as collectors write them); None otherwise.
+    """
+
+    backend: Any
+    num_steps: int
+    hosted: Any = None
+
+
+def num_steps_of(agent):
+    """The window length an agent trains on: its sequence length, or one transition."""
+    return agent.train_sequence_length or 2
+
+
+def capabilities_of(backend_class):
+    """The declared capabilities of `run.replay_backend`, or one line if it declares none."""
+    try:
+        declared = backend_class.capabilities  # every backend class declares them
+    except AttributeError:
+        declared = None
+    if not isinstance(declared, Capabilities):
+        raise UserError(f"run.replay_backend={backend_class!r} is not a replay backend (it "
+                        "declares no buffers.base.Capabilities): bind one of @UniformReplay, "
+                        "@PrioritizedReplay, @EpisodicReplay, @ReverbUniformReplay, "
+                        "@ReverbPrioritizedReplay.")
+    return declared
+
+
+def backend_class_for(backend_class, mode):
+    """The class a mode builds: `run.replay_backend`, or in a distributed run the Reverb
+    backend with the same sampling (a distributed run replays through a Reverb server)."""
+    capabilities = capabilities_of(backend_class)
+    if not mode.distributed or capabilities.server:
+        return backend_class
+    if capabilities.episode_windows:
+        raise UserError(f"{backend_class.__name__} has no Reverb counterpart (its windows stay "
+                        "inside episodes), so a distributed run cannot use it: bind "
+                        "run.replay_backend to @UniformReplay or @PrioritizedReplay.")
+    return ReverbPrioritizedReplay if capabilities.priorities else ReverbUniformReplay
+
+
+def check_pairing(agent, backend_class):
+    """Refuses, in one line, an agent that cannot feed a prioritized backend."""
+    if capabilities_of(backend_class).priorities and not agent.gives_priorities:
+        raise UserError(f"{backend_class.__name__} samples by priority, but "
+                        f"{type(agent).__name__} gives no per-sample priorities: use a uniform "
+                        "backend (e.g. @UniformReplay) with this agent.")
+
+
+def build_replay(mode, params, agent, *, num_envs, seed, root_dir=None, dataset=None,
+                 env_specs=None, link=None):
+    """The backend (with its wrappers) for `mode`.
+
+    Args:
+      mode: a `Mode`.
+      params: the run's `RunConfig` (`OfflineConfig` offline): replay_backend, batch_size,
+        frame_stack, and (online) replay_capacity, logged_dataset, logged_fraction.
+      agent: the agent (its `collect_data_spec`, window length and priorities).
+      num_envs: env copies per `add` (1 offline).
+      seed: seeds the backend's sampling.
+      root_dir: the run directory (single process, offline): where a backend that writes
+        its own checkpoints, and memory-mapped frames, go.
+      dataset: the `rlds_io.files.Dataset` offline training loads (OFFLINE only).
+      env_specs: (time_step_spec, action_spec) of the raw environment, which a logged
+        dataset mixed into a single-process run must match.
+      link: a `ServerLink` (distributed modes only).
+
+    Returns:
+      A `Replay`.
+
+    Raises:
+      UserError: for a backend, agent and mode that cannot work together.
+    """
+    if mode.distributed != (link is not None):
+        raise ValueError(f"{mode.value}: a ServerLink is "
+                         f"{'needed' if mode.distributed else 'not used'}")
+    backend_class = backend_class_for(params.replay_backend, mode)
+    check_pairing(agent, backend_class)
+    num_steps = num_steps_of(agent)
+    options = dict(frame_stack=params.frame_stack, batch_size=params.batch_size,
+                   num_steps=num_steps, seed=seed)
+    if params.frame_stack > 1 and root_dir is not None:
+        # Only FrameStackedReplay.storage='memmap' writes there (frames larger than RAM).
+        options['directory'] = os.path.join(root_dir, 'replay_frames')
+    if mode is Mode.OFFLINE:
+        backend = load_dataset_into_backend(
+            dataset, lambda spec, **sizes: _build(backend_class, spec, **{**options, **sizes}),
+            spec=agent.collect_data_spec, batch_size=params.batch_size, num_steps=num_steps,
+            seed=seed, verbose=params.verbose)
+        return Replay(backend, num_steps)
+    options.update(capacity=params.replay_capacity, num_envs=num_envs)
+    if mode.distributed:
+        options.update(_server_options(mode, link))
+    elif capabilities_of(backend_class).own_checkpoints:
+        # Reverb writes its table checkpoints itself; they must outlive the process to resume.
+        options['checkpoint_dir'] = os.path.join(root_dir, 'checkpoints', 'replay')
+    backend = _build(backend_class, agent.collect_data_spec, **options)
+    if mode is Mode.SERVER:
+        # The server holds what collectors write: single frames when frames are stacked.
+        hosted = backend.inner if isinstance(backend, FrameStackedReplay) else backend
+        return Replay(backend, num_steps, hosted=hosted)
+    if mode is Mode.SINGLE and params.logged_dataset:
+        backend = _mixed_with_logged(backend, params, agent, env_specs, num_steps=num_steps,
+                                     seed=seed)
+    return Replay(backend, num_steps)
+
+
+def _server_options(mode, link):
+    """The Reverb backend's options for a distributed role."""
+    if mode is Mode.SERVER:
+        return dict(table_name=REPLAY_TABLE, checkpoint_dir=link.checkpoint_dir, port=link.port,
+                    rate_limiter=link.rate_limiter, extra_tables=list(link.extra_tables),
+                    initial_checkpoint=link.initial_checkpoint)
+    options = dict(server_address=link.address, table_name=REPLAY_TABLE,
+                   flush_every=link.flush_every,
+                   rate_limiter_timeout_ms=int(link.timeout_s * 1000))
+    if mode is Mode.LEARNER:
+        # No writer stream to break when the server goes away; Reverb's own worker count
+        # for the learner's stream: with a fixed 2 workers a killed server crashed the
+        # learner natively (malloc) in about half the outages.
+        options.update(read_only=True, num_workers_per_iterator=-1)
+    return options
+
+
+def _build(backend_class, data_spec, frame_stack=1, **options):
+    """One backend; its errors say which bindings set the values they name.
+
+    With `frame_stack` > 1 the backend stores single frames and samples stacks
+    (`FrameStackedReplay`, buffers/frames.py).
+    """
+    try:
+        if frame_stack > 1:
+            return FrameStackedReplay(backend_class, data_spec, num_frames=frame_stack,
+                                      **options)
+        return backend_class(data_spec, **options)
+    except UserError as error:
+        raise UserError(f"{error} (replay: run.replay_backend={backend_class.__name__}, "
+                        "capacity = run.replay_capacity, batch_size = run.batch_size)") from None
+
+
+def _mixed_with_logged(backend, params, agent, env_specs, *, num_steps, seed):
+    """Offline-to-online: every batch mixes `logged_fraction` of the logged dataset in."""
+    if params.frame_stack > 1:
+        raise UserError("run.logged_dataset with run.frame_stack > 1 is not supported: datasets "
+                        "hold observations as the agent sees them, not single frames.")
+    dataset = Dataset(params.logged_dataset)
+    dataset.check_specs(*env_specs)
+    logged = load_dataset_into_backend(
+        dataset, UniformReplay, spec=agent.collect_data_spec, batch_size=params.batch_size,
+        num_steps=num_steps, seed=seed, verbose=params.verbose)
+    return MixedReplay(backend, logged, logged_fraction=params.logged_fraction,
+                       batch_size=params.batch_size)
