@@ -13,12 +13,12 @@ import time
 import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 
-from core import tags
+from core import seeds, tags
 from experiment import config as config_lib
 from experiment import staged_agent
 from experiment.loop import ALL_FINITE, Training
 from experiment.replay import Mode, build_replay
-from experiment.trainer import Hook, Trainer, resume_seed
+from experiment.trainer import Hook, Trainer
 from rlds_io.files import Dataset
 
 
@@ -41,7 +41,7 @@ def train_offline(root_dir, seed=0, force=False, config=None):
 
 
 def _train(trainer, config, dataset, seed):
-    eval_env = Trainer.eval_env(config.num_eval_episodes, seed + 10_000)
+    eval_env = Trainer.eval_env(config.num_eval_episodes, seeds.evaluation(seed))
     tf_env = tf_py_environment.TFPyEnvironment(eval_env)
     dataset.check_specs(tf_env.time_step_spec(), tf_env.action_spec())
     # No collection here: observation statistics follow the batches sampled from the dataset.
@@ -56,7 +56,7 @@ def _train(trainer, config, dataset, seed):
     backend, num_steps = replay.backend, replay.num_steps
     start_step = trainer.restore(trainer.train_step, **agent.checkpoint_items())
     if start_step > 0:
-        tf.random.set_seed(resume_seed(seed, start_step))
+        tf.random.set_seed(seeds.resumed(seed, start_step))
     training = Training(agent=agent, backend=backend, batch_size=config.batch_size,
                         num_steps=num_steps, train_steps=config.train_steps_per_iteration,
                         use_xla=config.use_xla, sample_ahead=config.sample_ahead)

@@ -14,7 +14,7 @@ from tf_agents.environments import tf_py_environment
 from tf_agents.metrics import tf_metrics
 
 from buffers.base import allow_concurrent_writes
-from core import tags
+from core import seeds, tags
 from core.errors import UserError
 from core.schedules import linear_schedule
 from envs.suite import make_env
@@ -24,7 +24,7 @@ from experiment.buffer_probe import BufferProbe
 from experiment.loop import FusedLoop
 from experiment.replay import Mode, build_replay
 from experiment.train_summaries import TrainSummaries
-from experiment.trainer import Hook, Trainer, resume_seed
+from experiment.trainer import Hook, Trainer
 from rlds_io.recording import ExperienceRecorder
 
 
@@ -76,11 +76,11 @@ def _train(trainer, config, seed):
         _initialize_agent(agent, config.initialize_from, trainer)
     if start_step > 0:
         # Restarted RNG streams must not replay the first run's random numbers.
-        tf.random.set_seed(resume_seed(seed, start_step))
+        tf.random.set_seed(seeds.resumed(seed, start_step))
         env.close()
-        env = make_env(seed=resume_seed(seed, start_step))
+        env = make_env(seed=seeds.resumed(seed, start_step))
         tf_env = tf_py_environment.TFPyEnvironment(env)
-    eval_env = Trainer.eval_env(config.num_eval_episodes, seed + 10_000)
+    eval_env = Trainer.eval_env(config.num_eval_episodes, seeds.evaluation(seed))
     importance_beta = linear_schedule(env_step, config.importance_beta_start, 1.0,
                                       config.importance_beta_anneal_steps or config.num_env_steps)
     recorder = None

@@ -57,19 +57,14 @@ class ServerLink:
       timeout_s: bound on every wait for the server (distributed.settings.timeout_s).
       address: 'host:port' of the server (collector, learner).
       flush_every: items a collector's writer buffers before it sends them.
-      port, rate_limiter, extra_tables, checkpoint_dir, initial_checkpoint: what the
-        server role hosts it with (its port, the samples-per-insert limiter, the
-        variables table, where its table checkpoints go, which one it starts from).
+      server: the `buffers.reverb.server.ReplayServer` the replay role owns (its port,
+        rate limiter, weights table, checkpoints), started here with the replay table.
     """
 
     timeout_s: float
     address: Optional[str] = None
     flush_every: int = 256
-    port: Optional[int] = None
-    rate_limiter: Any = None
-    extra_tables: tuple = ()
-    checkpoint_dir: Optional[str] = None
-    initial_checkpoint: Optional[str] = None
+    server: Any = None
 
 
 @dataclasses.dataclass
@@ -189,9 +184,7 @@ def build_replay(mode, params, agent, *, num_envs, seed, root_dir=None, dataset=
 def _server_options(mode, link):
     """The Reverb backend's options for a distributed role."""
     if mode is Mode.SERVER:
-        return dict(table_name=REPLAY_TABLE, checkpoint_dir=link.checkpoint_dir, port=link.port,
-                    rate_limiter=link.rate_limiter, extra_tables=list(link.extra_tables),
-                    initial_checkpoint=link.initial_checkpoint)
+        return dict(table_name=REPLAY_TABLE, server=link.server)
     options = dict(server_address=link.address, table_name=REPLAY_TABLE,
                    flush_every=link.flush_every,
                    rate_limiter_timeout_ms=int(link.timeout_s * 1000))

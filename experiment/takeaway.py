@@ -9,19 +9,18 @@ calls these once, after its close-out, never on an interrupted run.
 import json
 import os
 
-from core import rundir
+from core import rundir, seeds
 from experiment import eval_report
 from experiment.evaluation import play_episodes, saved_actor
 from experiment.video import record_video
 
 # The report's episodes: the same for every run and seed (reports of different runs
 # compare), never a training, evaluation or confirmation seed.
-REPORT_SEED = 3_000_000
 EVALUATION_FILE = 'evaluation.json'
 
 
 def final_report(root_dir, env, final_act, best, say, explore=lambda act: act):
-    """Plays `final_act` and the kept best policy on `env` from REPORT_SEED -> evaluation.json.
+    """Plays `final_act` and the kept best policy on `env` from seeds.REPORT -> evaluation.json.
 
     Args:
       root_dir: the run directory.
@@ -40,8 +39,8 @@ def final_report(root_dir, env, final_act, best, say, explore=lambda act: act):
         players['best'] = explore(saved_actor(best.directory))
     report = {}
     for name, act in players.items():
-        returns, lengths = play_episodes(env, act, seed=REPORT_SEED)
-        report[name] = eval_report.summarize(returns, lengths, seed=REPORT_SEED)
+        returns, lengths = play_episodes(env, act, seed=seeds.REPORT)
+        report[name] = eval_report.summarize(returns, lengths, seed=seeds.REPORT)
         say(eval_report.summary_line(f"{name} policy", report[name]))
     if 'best' in report:
         report['best_minus_final'] = eval_report.paired_difference(
@@ -60,7 +59,7 @@ def final_video(root_dir, step, final_act, best, explore=lambda act: act):
     else:
         act, name = final_act, 'final'
     return record_video(act, os.path.join(root_dir, 'videos', f'{name}_at_{step:08d}'),
-                        seed=REPORT_SEED)
+                        seed=seeds.REPORT)
 
 
 def report_metrics(report):

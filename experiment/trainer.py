@@ -19,7 +19,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from core import rundir, tags
+from core import rundir, seeds, tags
 from core.errors import UserError
 from core.export import export_policy, export_snapshot
 from core.gin_utils import unused_bindings
@@ -37,20 +37,10 @@ from experiment.run_state import RunState
 from experiment.summaries import SummaryWriter
 from experiment.video import RenderError, VideoRecorder
 
-# The fixed seed of the best policy's confirmation episodes: the same start states
-# for every candidate, run and seed, and never the training or periodic evaluation
-# seeds (seed + i, seed + 10_000 + i) or the report's (takeaway.REPORT_SEED).
-CONFIRMATION_SEED = 2_000_000
-
 
 def crossed(interval, before, after):
     """Whether a multiple of `interval` lies in (before, after]; never for interval <= 0."""
     return interval > 0 and after // interval > before // interval
-
-
-def resume_seed(seed, step):
-    """A fresh, reproducible seed for RNG streams restarted at a resume."""
-    return seed if step == 0 else (seed * 1_000_003 + step) % (2**31 - 1)
 
 
 @dataclasses.dataclass
@@ -141,19 +131,20 @@ class Trainer:
         self.start_step = step
         self._policy = policy
         self._snapshot_collect_policy = snapshot_collect_policy
-        self._evaluator = Evaluator(eval_env, policy, config.eval_epsilon, self.seed + 20_000)
+        self._evaluator = Evaluator(eval_env, policy, config.eval_epsilon,
+                                    seeds.evaluation_actions(self.seed))
         self._target_return = target_return
         self._config = config
         self.writer = SummaryWriter(self.root_dir, resume_step=step or None)
         self.progress = Progress(budget, start_step=step, enabled=self.verbose, unit=self.unit)
         if config.best_policy_episodes:
-            self._confirm_env = self.eval_env(config.best_policy_episodes, CONFIRMATION_SEED)
+            self._confirm_env = self.eval_env(config.best_policy_episodes, seeds.CONFIRMATION)
             self._best = BestPolicy(
                 self.root_dir, policy, self.train_step, unit=self.unit, say=self.say,
                 confirm=lambda: play_episodes(self._confirm_env, self._evaluator.act,
-                                              seed=CONFIRMATION_SEED)[0])
+                                              seed=seeds.CONFIRMATION)[0])
         self.videos = VideoRecorder(self.root_dir, self._evaluator.act, self.writer,
-                                    seed=self.seed + 10_000)
+                                    seed=seeds.evaluation(self.seed))
         if step == 0:
             self.writer.operative_config(gin.config_str(), 0)
 
@@ -326,7 +317,7 @@ class Trainer:
             return
         if self._config.final_eval_episodes:
             with self.writing(takeaway.EVALUATION_FILE, step):
-                env = self.eval_env(self._config.final_eval_episodes, takeaway.REPORT_SEED)
+                env = self.eval_env(self._config.final_eval_episodes, seeds.REPORT)
                 try:
                     self.evaluation = takeaway.final_report(
                         self.root_dir, env, self._evaluator.act, self._best, self.say,

@@ -20,7 +20,7 @@ import time
 import tensorflow as tf
 from tf_agents.metrics import tf_metrics
 
-from core import tags
+from core import seeds, tags
 from envs.suite import make_env
 from experiment.distributed import common, tables
 from experiment.distributed.waiting import TRANSIENT, Stopped, Watchdog, one_line, retry
@@ -34,7 +34,7 @@ class _Collector:
     def __init__(self, role, settings, params, *, address, collector_id, seed):
         self.role, self.settings, self.params = role, settings, params
         self.address, self.seed = address, seed
-        env = make_env(seed=seed + 1_000 * (collector_id + 1))
+        env = make_env(seed=seeds.collection(seed, collector_id))
         self.agent, self.train_step, self.tf_env = common.build_agent(params, seed=seed, env=env)
         self.num_envs = self.tf_env.batch_size
         self.steps_per_call = max(1, params.collect_steps_per_iteration // self.num_envs)

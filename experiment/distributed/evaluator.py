@@ -15,13 +15,13 @@ the first evaluation at or above `run.target_return`.
 
 import time
 
-from core import rundir, tags
+from core import rundir, seeds, tags
 from experiment.best_policy import BestPolicy
 from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import Stopped, Watchdog, retry
 from experiment.evaluation import Evaluator, play_episodes
 from experiment.run_state import RunState
-from experiment.trainer import CONFIRMATION_SEED, Trainer
+from experiment.trainer import Trainer
 
 _POLL_S = 1.0
 
@@ -32,15 +32,16 @@ class _Eval:
     def __init__(self, role, settings, params, *, address, seed, root_dir):
         self.role, self.settings, self.params = role, settings, params
         self.agent, self.train_step, _ = common.build_agent(params, seed=seed)
-        self.env = Trainer.eval_env(params.num_eval_episodes, seed + 10_000)
-        self.evaluator = Evaluator(self.env, self.agent.policy, params.eval_epsilon, seed + 20_000)
+        self.env = Trainer.eval_env(params.num_eval_episodes, seeds.evaluation(seed))
+        self.evaluator = Evaluator(self.env, self.agent.policy, params.eval_epsilon,
+                                   seeds.evaluation_actions(seed))
         self.best, self.confirm_env = None, None
         if params.best_policy_episodes:  # root_dir/policy_best, as in a single-process run
-            self.confirm_env = Trainer.eval_env(params.best_policy_episodes, CONFIRMATION_SEED)
+            self.confirm_env = Trainer.eval_env(params.best_policy_episodes, seeds.CONFIRMATION)
             self.best = BestPolicy(
                 root_dir, self.agent.policy, self.train_step, say=role.log,
                 confirm=lambda: play_episodes(self.confirm_env, self.evaluator.act,
-                                              seed=CONFIRMATION_SEED)[0])
+                                              seed=seeds.CONFIRMATION)[0])
         self.store = tables.WeightStore(address, timeout_s=settings.timeout_s)
         self.whom = f'the replay server at {address}'
         self.policy_step = None

@@ -22,7 +22,7 @@ import time
 
 import reverb
 
-from buffers.reverb_replay import latest_checkpoint
+from buffers.reverb.server import ReplayServer, latest_checkpoint
 from core import rundir
 from experiment.distributed import common, config, net, tables
 from experiment.distributed.waiting import one_line
@@ -41,14 +41,14 @@ def main(root_dir, *, address, bind_all_interfaces=False, seed=0, force=False, v
     # The replay backend hosts the server: the table's layout, sampler and checkpoints are
     # the ones a single-process Reverb run uses, with the distributed rate limiter. With
     # pixels the table stores single frames; collectors and the learner stack them.
-    link = ServerLink(timeout_s=settings.timeout_s, port=port,
-                      rate_limiter=config.rate_limiter(settings),
-                      extra_tables=(tables.variables_table(agent.collect_policy.variables()),),
-                      checkpoint_dir=checkpoint_dir, initial_checkpoint=restoring)
+    server = ReplayServer(checkpoint_dir=checkpoint_dir, port=port,
+                          rate_limiter=config.rate_limiter(settings),
+                          extra_tables=[tables.variables_table(agent.collect_policy.variables())],
+                          initial_checkpoint=restoring)
     backend = build_replay(Mode.SERVER, params, agent, num_envs=tf_env.batch_size, seed=seed,
-                           link=link).hosted
+                           link=ServerLink(timeout_s=settings.timeout_s, server=server)).hosted
     backend_class = type(backend)
-    client = reverb.Client(backend.server_address)
+    client = reverb.Client(server.address)
     counters = common.replay_counters(client.server_info(int(settings.timeout_s)))
     if restoring:
         role.log(f"restored {restoring}: {counters['size']:,} windows, "
@@ -60,17 +60,18 @@ def main(root_dir, *, address, bind_all_interfaces=False, seed=0, force=False, v
     summaries = common.RateSummaries(os.path.join(directory))
     role.install_signal_handlers()
     try:
-        counters = _serve(role, backend, client, settings, summaries, verbose=verbose)
+        counters = _serve(role, server, client, settings, summaries, verbose=verbose)
     finally:
         summaries.close()
         backend.close()
+        server.stop()
         role.restore_signal_handlers()
     rundir.write_metrics(directory, counters)
     role.log("stopped")
     return counters
 
 
-def _serve(role, backend, client, settings, summaries, *, verbose):
+def _serve(role, server, client, settings, summaries, *, verbose):
     now = time.monotonic()
     next_checkpoint = now + settings.server_checkpoint_interval_s
     next_summary = now
@@ -79,7 +80,7 @@ def _serve(role, backend, client, settings, summaries, *, verbose):
         now = time.monotonic()
         if stopping or now >= next_checkpoint:
             try:
-                path = backend.save_checkpoint()
+                path = server.save_checkpoint()
             except (RuntimeError, OSError) as error:  # a full disk must not take the server down
                 role.log(f"checkpoint failed ({one_line(error)}); the previous one is kept")
             else:

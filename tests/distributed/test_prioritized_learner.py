@@ -15,10 +15,10 @@ import pytest
 import reverb
 
 from experiment.distributed import common, tables
-from experiment.distributed.config import REPLAY_TABLE
 from experiment.distributed.cluster import Cluster, free_port
-from tests.distributed.conftest import (FAST, GIN_FILES, ROOT, pushed_step, tiny_dqn_cluster,
-                                        wait_until)
+from experiment.distributed.config import REPLAY_TABLE
+from tests.distributed import conftest
+from tests.distributed.conftest import pushed_step, tiny_dqn_cluster, wait_until
 
 pytestmark = [pytest.mark.reverb, pytest.mark.timeout(600)]
 
@@ -30,9 +30,9 @@ def _sampled_priorities(address, count=256):
 
 
 def _tiny_sac_cluster(tmp_path, *bindings):
-    os.chdir(ROOT)
-    return Cluster(gin_files=GIN_FILES,
-                   gin_bindings=FAST + [*bindings, 'run.num_env_steps = 1000000'],
+    os.chdir(conftest.ROOT)
+    return Cluster(gin_files=conftest.GIN_FILES,
+                   gin_bindings=conftest.FAST + [*bindings, 'run.num_env_steps = 1000000'],
                    root_dir=str(tmp_path / 'run'), port=free_port(), bind_all_interfaces=True)
 
 

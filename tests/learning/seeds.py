@@ -3,7 +3,7 @@
 from experiment import cli
 
 
-def seeds_reaching_target(gin_file, root, within_steps, *, bindings=()):
+def seeds_reaching_target(gin_file, root, within_steps, *, bindings=(), mixins=()):
     """{seed: (reached the config's target_return within `within_steps` env steps, best eval)}.
 
     Stops as soon as two seeds have reached it; every run stops at its target.
@@ -11,7 +11,8 @@ def seeds_reaching_target(gin_file, root, within_steps, *, bindings=()):
     solved = {}
     for seed in (0, 1, 2):
         metrics = cli.train_main([
-            f'--gin_file={gin_file}', f'--root_dir={root / f"seed_{seed}"}', f'--seed={seed}',
+            f'--gin_file={gin_file}', *[f'--gin_file={mixin}' for mixin in mixins],
+            f'--root_dir={root / f"seed_{seed}"}', f'--seed={seed}',
             '--gin_bindings=run.stop_at_target_return=True',
             '--gin_bindings=run.final_video=False',
             *[f'--gin_bindings={binding}' for binding in bindings],

@@ -6,9 +6,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import tensorflow as tf
 
 from experiment import cli
+from experiment.trainer import Trainer
 from tests.smoke.test_train import ROOT, TINY, read_scalars
 
 BUDGET = 12_000
@@ -51,7 +53,38 @@ def _expected_summary_steps():
     return [s for s in steps if s // SUMMARY_INTERVAL > (s - CHUNK) // SUMMARY_INTERVAL]
 
 
-def test_sigkill_then_sigint_then_finish(tmp_path):
+def restored_state_recorder(monkeypatch, directory):
+    """Makes `Trainer.restore` write what it restored to `directory` (a TF checkpoint of the
+    same objects, right after the restore and before any step), for a comparison with the
+    run's own checkpoint."""
+    original = Trainer.restore
+
+    def restore(trainer, step_counter, **trackables):
+        step = original(trainer, step_counter, **trackables)
+        tf.train.Checkpoint(**trackables).write(os.path.join(directory, 'restored'))
+        return step
+
+    monkeypatch.setattr(Trainer, 'restore', restore)
+    return os.path.join(directory, 'restored')
+
+
+def assert_restored_exactly(checkpoint_path, restored_path):
+    """Every network weight, target network, optimizer slot and replay row the run saved is
+    what the resumed process holds: a resume that re-initialised any of them fails here."""
+    saved, restored = tf.train.load_checkpoint(checkpoint_path), \
+        tf.train.load_checkpoint(restored_path)
+    names = [name for name, _ in tf.train.list_variables(restored_path)
+             if name.startswith(('agent/', 'replay/'))]
+    kinds = ' '.join(names)
+    # The comparison covers what a resume must bring back, not just some variables.
+    for part in ('_q_network', '_target_q_network', '_optimizer', '.OPTIMIZER_SLOT'):
+        assert part in kinds, f'{part} not in the checkpoint'
+    for name in names:
+        np.testing.assert_array_equal(restored.get_tensor(name), saved.get_tensor(name),
+                                      err_msg=name)
+
+
+def test_sigkill_then_sigint_then_finish(tmp_path, monkeypatch):
     root_dir = str(tmp_path / 'run')
     killed = _start(root_dir)
     signal_after_checkpoint_beyond(killed, root_dir, 0, signal.SIGKILL)
@@ -67,7 +100,10 @@ def test_sigkill_then_sigint_then_finish(tmp_path):
     stopped_at = int(output.split('Interrupted at env step ')[1].split(':')[0].replace(',', ''))
     assert latest_checkpoint_step(root_dir) == stopped_at > first_checkpoint
 
+    saved = tf.train.latest_checkpoint(os.path.join(root_dir, 'checkpoints'))
+    restored = restored_state_recorder(monkeypatch, str(tmp_path))
     metrics = cli.train_main(ARGS + [f'--root_dir={root_dir}'])
+    assert_restored_exactly(saved, restored)
     assert metrics['env_steps'] == BUDGET
     # Every gradient step was taken exactly once across the three processes.
     assert metrics['train_steps'] == (BUDGET - INITIAL) // CHUNK * TRAIN_PER_CHUNK

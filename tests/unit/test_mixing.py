@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from buffers.base import Capabilities
 from buffers.mixing import MixedSource, split_batch
 from buffers.uniform import UniformReplay
 from core.errors import UserError
@@ -37,6 +38,8 @@ def test_priority_updates_reach_each_source():
     calls = []
 
     class Recorder:
+        capabilities = Capabilities(priorities=True)
+
         def __init__(self, name):
             self.name = name
 

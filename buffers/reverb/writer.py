@@ -1,0 +1,94 @@
+"""The write side of a Reverb replay table: one trajectory writer for every env copy.
+
+One writer, its own columns per env copy. Every copy's columns belong to a
+single `TrajectoryWriter`, and an item references only its own copy's columns,
+so a window can never mix copies. Why not one writer per copy: each writer is
+its own stream, and items reach the server in stream order, not creation order
+-- measured, the Fifo remover then evicted all of one copy's windows before any
+of the other's. One stream keeps insertion order = creation order (and costs
+one background thread, not one per copy).
+
+Once a copy has `num_steps` steps, every new step creates one item covering its
+last `num_steps` steps. Each item also stores the id of its first step,
+`step * num_envs + env` (`UniformReplay`'s key), because Reverb's own keys are
+random and `ages` needs to know when a sampled window was written.
+"""
+
+import numpy as np
+
+FLUSH_TIMEOUT_MS = 60_000  # a writer waiting this long on the server means it is gone
+
+
+class WindowWriter:
+    """Appends batched steps and creates one `num_steps` window per env copy and step."""
+
+    def __init__(self, client, layout, *, table_name, num_envs, num_steps, flush_every,
+                 chunk_length=None):
+        """Opens a trajectory writer on `client`.
+
+        Args:
+          client: a `reverb.Client` of the server holding the table.
+          layout: the table's `Layout` (columns per copy).
+          table_name: the table items are created in.
+          num_envs: env copies per appended step.
+          num_steps: window length of every item.
+          flush_every: every `flush_every` new items the writer blocks until at most
+            that many are unconfirmed by the server (a bound on pending items).
+          chunk_length: steps per Reverb chunk in every column (None: Reverb tunes it).
+        """
+        self._layout = layout
+        self._table_name = table_name
+        self._num_envs, self._num_steps = num_envs, num_steps
+        self._flush_every = flush_every
+        self._writer = client.trajectory_writer(num_keep_alive_refs=num_steps)
+        if chunk_length is not None:
+            # Configured before the first append: columns are created with it.
+            for env in range(num_envs):
+                for column in range(layout.num_columns):
+                    self._writer.configure((env, column), num_keep_alive_refs=num_steps,
+                                           max_chunk_length=chunk_length)
+        self._histories = None  # the writer's column histories, fetched once
+        self._steps = 0  # steps written since the writer was opened
+        self._unflushed = 0  # items created since the last flush
+
+    def write_step(self, priority, leaves, first_id):
+        """Appends every copy's step (its own columns); creates the new windows.
+
+        Args:
+          priority: the new items' priority.
+          leaves: the step's flattened numpy leaves, `[num_envs, ...]` each.
+          first_id: this step's id for copy 0 (`step * num_envs`).
+
+        Returns:
+          The number of items created (0 until a copy has `num_steps` steps).
+        """
+        for leaf in leaves:
+            if leaf.shape[:1] != (self._num_envs,):
+                raise ValueError(f"this Reverb table expects batches of {self._num_envs} env "
+                                 f"copies, got shape {leaf.shape}.")
+        ids = np.arange(first_id, first_id + self._num_envs, dtype=np.int64)
+        self._writer.append(self._layout.encode(leaves, ids))
+        if self._histories is None:
+            # The column histories are live objects: fetching them once saves
+            # rebuilding the structure for every item.
+            self._histories = self._writer.history
+        self._steps += 1
+        if self._steps < self._num_steps:
+            return 0
+        for columns in self._histories:  # one env copy's columns: windows never mix copies
+            self._writer.create_item(self._table_name, float(priority),
+                                     self._layout.item(columns, self._num_steps))
+        self._unflushed += self._num_envs
+        if self._unflushed >= self._flush_every:
+            self._writer.flush(block_until_num_items=self._flush_every,
+                               timeout_ms=FLUSH_TIMEOUT_MS)
+            self._unflushed = 0
+        return self._num_envs
+
+    def flush(self):
+        """Sends every pending item and waits until the server has it."""
+        self._writer.flush(timeout_ms=FLUSH_TIMEOUT_MS)
+        self._unflushed = 0
+
+    def close(self):
+        self._writer.close()
