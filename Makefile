@@ -33,7 +33,7 @@ train: install
 # Replay server, COLLECTORS collectors, learner and evaluator on this machine (logs under
 # <root_dir>/logs/); Ctrl-C stops them all. See docs/distributed.md.
 train-distributed: install
-	$(PY) -m experiment.distributed.launch --gin_file=$(DIST_GIN) --collectors=$(COLLECTORS) $(ARGS)
+	$(PY) -m app.launch --gin_file=$(DIST_GIN) --collectors=$(COLLECTORS) $(ARGS)
 
 # pytest exits 5 when a selection collects no tests; that is not a failure here.
 test: install

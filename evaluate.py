@@ -7,12 +7,12 @@ Every policy plays the same `--episodes` episodes (env copy i is seeded with
 seed + i), so differences are the policies', not the start states'. A
 training run's periodic evals each draw new start states, which on tasks like
 Pendulum moves the average by hundreds; compare policies here.
-The work is done by `experiment.cli.evaluate_main`; nothing imports this file.
+The work is done by `app.cli.evaluate_main`; nothing imports this file.
 """
 
 import sys
 
-from experiment.cli import evaluate_main, run_cli
+from app.cli import evaluate_main, run_cli
 
 if __name__ == '__main__':
     sys.exit(run_cli(evaluate_main))

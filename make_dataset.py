@@ -7,12 +7,12 @@ Kinds: random, expert (a run's exported policy), medium (a training snapshot
 at a chosen eval return). 'replay' datasets are recorded by train.py itself
 (run.record_dataset=True). The result loads with plain TFDS:
 tfds.builder_from_directory(output_dir).as_dataset(split='train').
-The work is done by `experiment.cli.make_dataset_main`; nothing imports this file.
+The work is done by `app.cli.make_dataset_main`; nothing imports this file.
 """
 
 import sys
 
-from experiment.cli import make_dataset_main, run_cli
+from app.cli import make_dataset_main, run_cli
 
 if __name__ == '__main__':
     sys.exit(run_cli(make_dataset_main, result_label='dataset'))

@@ -5,12 +5,12 @@
 
 Rerunning the same command on the same --root_dir resumes from the last
 checkpoint. Errors the user can fix are printed as one line (exit status 2).
-The work is done by `experiment.cli.train_main`; nothing imports this file.
+The work is done by `app.cli.train_main`; nothing imports this file.
 """
 
 import sys
 
-from experiment.cli import run_cli, train_main
+from app.cli import run_cli, train_main
 
 if __name__ == '__main__':
     sys.exit(run_cli(train_main))

@@ -39,7 +39,7 @@ def single_command(env_steps, root_dir):
 
 def distributed_command(collectors):
     def build(env_steps, root_dir):
-        cmd = [timing.python(), '-m', 'experiment.distributed.launch',
+        cmd = [timing.python(), '-m', 'app.launch',
                f'--gin_file={DISTRIBUTED_CONFIG}', f'--collectors={collectors}', '--no_eval',
                '--quiet', f'--root_dir={root_dir}',
                f'--gin_bindings=run.num_env_steps={env_steps}']

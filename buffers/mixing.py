@@ -40,10 +40,25 @@ class MixedSource:
 
     def sample(self, batch_size, num_steps):
         """One mixed batch; callable inside tf.function (and XLA if both sources are)."""
+        window, info, _ = self.sample_counted(batch_size, num_steps)
+        return window, info
+
+    def sample_counted(self, batch_size, num_steps):
+        """One mixed batch and the rows each source really returned, `[first, second]`.
+
+        The counts come from the sampled parts themselves, not from the fraction: what
+        `buffer/logged_fraction_sampled` reports is what the learner was given.
+        """
         n_first, n_second = split_batch(batch_size, self._fraction)
-        parts = [source.sample(n, num_steps)
-                 for source, n in ((self._first, n_first), (self._second, n_second)) if n]
-        return _concat(parts)
+        parts, rows = [], []
+        for source, n in ((self._first, n_first), (self._second, n_second)):
+            if n:
+                parts.append(source.sample(n, num_steps))
+                rows.append(tf.shape(parts[-1][1].keys, out_type=tf.int64)[0])
+            else:
+                rows.append(tf.constant(0, tf.int64))
+        window, info = _concat(parts)
+        return window, info, rows
 
     def as_dataset(self, batch_size, num_steps):
         n_first, n_second = split_batch(batch_size, self._fraction)
@@ -108,8 +123,8 @@ class MixedReplay:
         self.online.add(trajectory)
 
     def sample(self, batch_size, num_steps):
-        windows, info = self._mixed.sample(batch_size, num_steps)
-        rows_online, rows_logged = split_batch(batch_size, self._mixed.fraction)
+        windows, info, (rows_online, rows_logged) = self._mixed.sample_counted(batch_size,
+                                                                              num_steps)
         self._sampled_online.assign_add(rows_online)
         self._sampled_logged.assign_add(rows_logged)
         return windows, info

@@ -12,6 +12,7 @@ loop fast; summaries read counters between chunks, never per step.
 
 from concurrent import futures
 
+import numpy as np
 import tensorflow as tf
 from tf_agents.policies import random_tf_policy
 from tf_agents.trajectories import time_step as ts
@@ -19,10 +20,34 @@ from tf_agents.trajectories import trajectory as trajectory_lib
 
 from agents import frame_stack
 from buffers.base import importance_weights
+from core.errors import UserError
 
 # The diagnostics key of the chunk's "every value finite" flag (not a summary).
 ALL_FINITE = 'all_finite'
 
+
+
+def nonfinite(diagnostics):
+    """Names of a chunk's diagnostics (scalars or arrays) holding a NaN or an infinity."""
+    if ALL_FINITE in diagnostics and bool(diagnostics[ALL_FINITE]):
+        return []  # the usual case: one read of the chunk's own flag
+    return [name for name, value in diagnostics.items()
+            if name != ALL_FINITE and not np.all(np.isfinite(np.asarray(value)))]
+
+
+def divergence_error(who, bad, where, kept, then):
+    """The one-line error of a process that stops on non-finite diagnostics `bad`.
+
+    Args:
+      who: what diverged ('Training', 'the learner').
+      bad: the names `nonfinite` gave.
+      where: the step, e.g. 'env step 1,234'.
+      kept: which checkpoint stays the latest.
+      then: what to do after lowering the learning rate.
+    """
+    return UserError(
+        f"{who} diverged: train/{', train/'.join(bad)} not finite at {where}; {kept} and "
+        f"nothing non-finite was saved. Lower the learning rate or clip gradients, then {then}.")
 
 
 def agent_numerics_checked(compiled):

@@ -16,8 +16,10 @@ from tf_agents.environments import tf_py_environment
 from core import seeds, tags
 from experiment import config as config_lib
 from experiment import staged_agent
+from experiment.judging import eval_env
 from experiment.loop import ALL_FINITE, Training
 from experiment.replay import Mode, build_replay
+from experiment.run_session import RunSession
 from experiment.trainer import Hook, Trainer
 from rlds_io.files import Dataset
 
@@ -34,34 +36,33 @@ def train_offline(root_dir, seed=0, force=False, config=None):
     """
     config = config or config_lib.load(config_lib.OfflineConfig)
     dataset = Dataset(config.dataset_dir)
-    with Trainer(root_dir, seed=seed, force=force, tf_threads=config.tf_threads,
-                 verbose=config.verbose, unit='train steps',
-                 on_nonfinite=config.on_nonfinite) as trainer:
-        return _train(trainer, config, dataset, seed)
+    with RunSession(root_dir, seed=seed, force=force, tf_threads=config.tf_threads,
+                    verbose=config.verbose, unit='train steps') as session:
+        return _train(session, config, dataset, seed)
 
 
-def _train(trainer, config, dataset, seed):
-    eval_env = Trainer.eval_env(config.num_eval_episodes, seeds.evaluation(seed))
-    tf_env = tf_py_environment.TFPyEnvironment(eval_env)
+def _train(session, config, dataset, seed):
+    evaluation_env = eval_env(config.num_eval_episodes, seeds.evaluation(seed))
+    tf_env = tf_py_environment.TFPyEnvironment(evaluation_env)
     dataset.check_specs(tf_env.time_step_spec(), tf_env.action_spec())
     # No collection here: observation statistics follow the batches sampled from the dataset.
     agent = staged_agent.build_agent(
         config.make_agent, config.preprocessing, tf_env.time_step_spec(), tf_env.action_spec(),
-        trainer.train_step, num_envs=tf_env.batch_size, collects=False,
+        session.train_step, num_envs=tf_env.batch_size, collects=False,
         frame_stack=config.frame_stack)
     # With frame stacks (a pixel dataset holds one frame per step), replay keeps single frames
     # (FrameStackedReplay.storage='memmap' puts them in root_dir/replay_frames) and samples stacks.
     replay = build_replay(Mode.OFFLINE, config, agent, num_envs=1, seed=seed,
-                          root_dir=trainer.root_dir, dataset=dataset)
+                          root_dir=session.root_dir, dataset=dataset)
     backend, num_steps = replay.backend, replay.num_steps
-    start_step = trainer.restore(trainer.train_step, **agent.checkpoint_items())
+    start_step = session.restore(session.train_step, **agent.checkpoint_items())
     if start_step > 0:
         tf.random.set_seed(seeds.resumed(seed, start_step))
     training = Training(agent=agent, backend=backend, batch_size=config.batch_size,
                         num_steps=num_steps, train_steps=config.train_steps_per_iteration,
                         use_xla=config.use_xla, sample_ahead=config.sample_ahead)
-    trainer.start(start_step, budget=config.num_train_steps, policy=agent.policy,
-                  eval_env=eval_env, config=config)
+    trainer = Trainer(session, start_step, budget=config.num_train_steps, policy=agent.policy,
+                      eval_env=evaluation_env, config=config, on_nonfinite=config.on_nonfinite)
     if start_step == 0:
         trainer.evaluate(0)  # the untrained policy: the baseline the curve starts from
     rate = _Rate(start_step)
@@ -89,7 +90,7 @@ def _train(trainer, config, dataset, seed):
         'train_steps_per_sec': trainer.rate(step),
     })
     backend.close()
-    eval_env.close()
+    evaluation_env.close()
     return metrics
 
 

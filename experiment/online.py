@@ -21,8 +21,10 @@ from envs.suite import make_env
 from experiment import config as config_lib
 from experiment import staged_agent
 from experiment.buffer_probe import BufferProbe
+from experiment.judging import eval_env
 from experiment.loop import FusedLoop
 from experiment.replay import Mode, build_replay
+from experiment.run_session import RunSession
 from experiment.train_summaries import TrainSummaries
 from experiment.trainer import Hook, Trainer
 from rlds_io.recording import ExperienceRecorder
@@ -41,13 +43,12 @@ def train_online(root_dir, seed=0, force=False, config=None):
       A dict of final metrics (also written to root_dir/metrics.json).
     """
     config = config or config_lib.load(config_lib.RunConfig)
-    with Trainer(root_dir, seed=seed, force=force, tf_threads=config.tf_threads,
-                 verbose=config.verbose, unit='env steps',
-                 on_nonfinite=config.on_nonfinite) as trainer:
-        return _train(trainer, config, seed)
+    with RunSession(root_dir, seed=seed, force=force, tf_threads=config.tf_threads,
+                    verbose=config.verbose, unit='env steps') as session:
+        return _train(session, config, seed)
 
 
-def _train(trainer, config, seed):
+def _train(session, config, seed):
     env_step = tf.Variable(0, dtype=tf.int64, name='env_step')
     env = make_env(seed=seed)
     num_envs = env.batch_size
@@ -55,9 +56,9 @@ def _train(trainer, config, seed):
     tf_env = tf_py_environment.TFPyEnvironment(env)
     agent = staged_agent.build_agent(
         config.make_agent, config.preprocessing, tf_env.time_step_spec(), tf_env.action_spec(),
-        trainer.train_step, num_envs=num_envs, collects=True, frame_stack=config.frame_stack)
-    replay = build_replay(Mode.SINGLE, config, agent, num_envs=num_envs, seed=trainer.seed,
-                          root_dir=trainer.root_dir,
+        session.train_step, num_envs=num_envs, collects=True, frame_stack=config.frame_stack)
+    replay = build_replay(Mode.SINGLE, config, agent, num_envs=num_envs, seed=seed,
+                          root_dir=session.root_dir,
                           env_specs=(tf_env.time_step_spec(), tf_env.action_spec()))
     backend, num_steps = replay.backend, replay.num_steps
     if config.overlap_collection:
@@ -68,26 +69,25 @@ def _train(trainer, config, seed):
             tf_metrics.AverageEpisodeLengthMetric(batch_size=num_envs),
         tags.TRAIN_EPISODES: tf_metrics.NumberOfEpisodes(),
     }
-    start_step = trainer.restore(env_step, **agent.checkpoint_items(),
+    start_step = session.restore(env_step, **agent.checkpoint_items(),
                                  env_step=env_step,
                                  replay=backend.checkpoint_items(),
                                  metrics=list(train_metrics.values()))
     if config.initialize_from and start_step == 0:
-        _initialize_agent(agent, config.initialize_from, trainer)
+        _initialize_agent(agent, config.initialize_from, session)
     if start_step > 0:
         # Restarted RNG streams must not replay the first run's random numbers.
         tf.random.set_seed(seeds.resumed(seed, start_step))
         env.close()
         env = make_env(seed=seeds.resumed(seed, start_step))
         tf_env = tf_py_environment.TFPyEnvironment(env)
-    eval_env = Trainer.eval_env(config.num_eval_episodes, seeds.evaluation(seed))
+    evaluation_env = eval_env(config.num_eval_episodes, seeds.evaluation(seed))
     importance_beta = linear_schedule(env_step, config.importance_beta_start, 1.0,
                                       config.importance_beta_anneal_steps or config.num_env_steps)
     recorder = None
     if config.record_dataset:
-        recorder = ExperienceRecorder(os.path.join(trainer.root_dir, 'recorded'),
+        recorder = ExperienceRecorder(os.path.join(session.root_dir, 'recorded'),
                                       agent.collect_data_spec, num_envs, resume_step=start_step)
-        trainer.on_checkpoint(recorder.save_shard)
     loop = FusedLoop(agent=agent, tf_env=tf_env, backend=backend,
                      observers=(list(train_metrics.values()) + ([recorder] if recorder else [])
                                 + agent.collection_observers()),
@@ -97,10 +97,13 @@ def _train(trainer, config, seed):
                      chunk_observers=agent.chunk_observers(),
                      sample_ahead=config.sample_ahead,
                      overlap_collection=config.overlap_collection)
-    trainer.start(start_step, budget=config.num_env_steps, policy=agent.policy,
-                  eval_env=eval_env, config=config, target_return=config.target_return,
-                  snapshot_collect_policy=(agent.collect_policy
-                                           if config.snapshot_collect_policy else None))
+    trainer = Trainer(session, start_step, budget=config.num_env_steps, policy=agent.policy,
+                      eval_env=evaluation_env, config=config,
+                      target_return=config.target_return, on_nonfinite=config.on_nonfinite,
+                      snapshot_collect_policy=(agent.collect_policy
+                                               if config.snapshot_collect_policy else None))
+    if recorder:
+        trainer.on_checkpoint(recorder.save_shard)
     summaries = TrainSummaries(
         trainer.writer, agent=agent, backend=backend, train_metrics=train_metrics,
         train_step=trainer.train_step, extra=lambda: agent.stage_summaries('scalar'),
@@ -147,7 +150,7 @@ def _train(trainer, config, seed):
     })
     backend.close()
     env.close()
-    eval_env.close()
+    evaluation_env.close()
     return metrics
 
 
@@ -160,7 +163,7 @@ def _collect_initial(trainer, loop, config, env_step, num_envs):
     return int(env_step.numpy())
 
 
-def _initialize_agent(agent, run_dir, trainer):
+def _initialize_agent(agent, run_dir, session):
     """Loads the agent's weights (and optimizer state, and the preprocessing statistics) from
     another run's latest checkpoint."""
     path = tf.train.latest_checkpoint(os.path.join(run_dir, 'checkpoints'))
@@ -184,7 +187,7 @@ def _initialize_agent(agent, run_dir, trainer):
         reason = str(error).strip().splitlines()[0][:160]
         raise UserError(f"Cannot start from {path} ({reason}): the agent there must be the "
                         "same kind and size as this run's.") from None
-    trainer.say(f"Starting from the agent weights of {path}.")
+    session.say(f"Starting from the agent weights of {path}.")
 
 
 def _write_recorded_dataset(recorder, trainer, tf_env):

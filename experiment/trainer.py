@@ -1,39 +1,30 @@
-"""The experiment core every training process shares.
+"""The experiment core every training process shares, built whole once a mode has its parts.
 
-A `Trainer` owns what online and offline training have in common: the run
-directory (config check, resume), TF set-up, the train-step counter, the
-checkpoint of whatever trackables the mode adds, run-level results
-(`RunState`), TensorBoard, greedy evaluation, progress lines, the stop flag
-(SIGINT/SIGTERM), a loop of compiled chunks with periodic work as `Hook`s on
-step intervals, and the close-out (final evaluation and checkpoint, operative
-config, exported policy, metrics.json). A mode (experiment/online.py,
-experiment/offline.py) only builds its own parts and says what one chunk is.
+A mode (experiment/online.py, experiment/offline.py) holds a `RunSession`
+(experiment/run_session.py: run directory, TF set-up, train step, stop flag,
+restore) while it builds its agent, replay and loop and restores them; then it
+builds the `Trainer` from the session and the restored step. The Trainer owns
+what online and offline training have in common from there on: TensorBoard,
+greedy evaluation and the best policy (experiment/judging.py), progress lines,
+a loop of compiled chunks with periodic work as `Hook`s on step intervals, and
+the close-out (final evaluation and checkpoint, operative config, exported
+policy, metrics.json). A mode only says what one chunk is.
 """
 
-import contextlib
 import dataclasses
 import os
 from typing import Callable
 
 import gin
-import numpy as np
-import tensorflow as tf
 
 from core import rundir, seeds, tags
-from core.errors import UserError
 from core.export import export_policy, export_snapshot
 from core.gin_utils import unused_bindings
 from core.quiet import native_log_lines_hidden
-from core.signals import StopSignal
-from core.tf_setup import configure_tf
-from envs.suite import make_env
 from experiment import takeaway
-from experiment.best_policy import BestPolicy
-from experiment.checkpointing import Checkpointer
-from experiment.evaluation import Evaluator, play_episodes
-from experiment.loop import ALL_FINITE
+from experiment.judging import Judging, eval_env
+from experiment.loop import divergence_error, nonfinite
 from experiment.progress import Progress
-from experiment.run_state import RunState
 from experiment.summaries import SummaryWriter
 from experiment.video import RenderError, VideoRecorder
 
@@ -52,107 +43,61 @@ class Hook:
 
 
 class Trainer:
-    """Run directory, counters, checkpoint, summaries, evaluation, hooks and stop flag."""
+    """TensorBoard, evaluation, best policy, videos, progress, hooks and the close-out."""
 
-    def __init__(self, root_dir, *, seed, force, tf_threads, verbose, unit, on_nonfinite='stop'):
-        """Checks the run directory and sets TF up; builds nothing of the experiment.
+    def __init__(self, session, start_step, *, budget, policy, eval_env, config,
+                 target_return=None, snapshot_collect_policy=None, on_nonfinite='stop'):
+        """Opens TensorBoard and progress at `start_step`; `policy` is evaluated on `eval_env`.
 
         Args:
-          root_dir: the run directory; resumed if it holds this config's run.
-          seed: the run seed.
-          force: resume even though the config changed.
-          tf_threads: TF intra/inter-op threads.
-          verbose: print progress lines.
-          unit: what the step axis counts, e.g. 'env steps' or 'train steps'.
+          session: the `RunSession` the mode built and restored its parts with.
+          start_step: the step restored (0 for a new run).
+          budget: the step the run ends at.
+          policy: the greedy policy: evaluated, exported, kept as the best.
+          eval_env: the periodic evaluation env (`judging.eval_env`).
+          config: the mode's `_TrainingConfig`: whether to keep a best policy, record
+            videos and write the end-of-run report.
+          target_return: the return that counts as solved (for steps_to_target).
+          snapshot_collect_policy: also exported with each policy snapshot, if given.
           on_nonfinite: 'stop' or 'warn' on a non-finite diagnostic (see `RunConfig`).
         """
-        self.root_dir = root_dir
-        self.seed = seed
-        self.verbose = verbose
-        self.unit = unit
-        self._on_nonfinite = on_nonfinite
-        self._warned_nonfinite = False
-        self.resuming, self._lock = rundir.open_run(root_dir, gin.config_str(), force=force)
-        configure_tf(seed, tf_threads)
-        self.train_step = tf.Variable(0, dtype=tf.int64, name='train_step')
-        self.run_state = RunState()
+        self.session = session
+        self.start_step = start_step
         self.interrupted = False
-        self._stop = StopSignal()
-        self._checkpointer = None
-        self._evaluator = None
-        self._policy = None
-        self._snapshot_collect_policy = None
-        self._target_return = None
-        self._config = None
-        self._best = None
-        self._confirm_env = None
-        self.videos = None
-        self._video_problem = None
-        self.evaluation = None
-        self._on_checkpoint = []
-        self.writer = None
-        self.progress = None
-        self.start_step = 0
-
-    def say(self, text):
-        if self.verbose:
-            print(text, flush=True)
-
-    # -- Set-up, in this order: restore, then start -------------------------------------------
-
-    def restore(self, step_counter, **trackables):
-        """Checkpoints `trackables` (with the train step and run state) and resumes them.
-
-        Args:
-          step_counter: the variable the step axis reads (env or train steps).
-          **trackables: what else the mode's checkpoint holds (agent, replay, ...).
-
-        Returns:
-          The step restored (0 for a new run).
-        """
-        self._checkpointer = Checkpointer(
-            os.path.join(self.root_dir, 'checkpoints'), train_step=self.train_step,
-            run_state=self.run_state, **trackables)
-        if self.resuming:
-            restored = self._checkpointer.restore_latest()
-            if restored:
-                self.say(f"Resuming from {restored} at {self.unit[:-1]} "
-                         f"{int(step_counter.numpy()):,}.")
-        return int(step_counter.numpy())
-
-    def start(self, step, *, budget, policy, eval_env, config, target_return=None,
-              snapshot_collect_policy=None):
-        """Opens TensorBoard and progress at `step`; `policy` is evaluated on `eval_env`.
-
-        `config` (the mode's `_TrainingConfig`) says whether to keep a best policy,
-        record videos and write the end-of-run report. Policy snapshots also
-        export `snapshot_collect_policy`, if given.
-        """
-        self.start_step = step
         self._policy = policy
         self._snapshot_collect_policy = snapshot_collect_policy
-        self._evaluator = Evaluator(eval_env, policy, config.eval_epsilon,
-                                    seeds.evaluation_actions(self.seed))
         self._target_return = target_return
         self._config = config
-        self.writer = SummaryWriter(self.root_dir, resume_step=step or None)
-        self.progress = Progress(budget, start_step=step, enabled=self.verbose, unit=self.unit)
-        if config.best_policy_episodes:
-            self._confirm_env = self.eval_env(config.best_policy_episodes, seeds.CONFIRMATION)
-            self._best = BestPolicy(
-                self.root_dir, policy, self.train_step, unit=self.unit, say=self.say,
-                confirm=lambda: play_episodes(self._confirm_env, self._evaluator.act,
-                                              seed=seeds.CONFIRMATION)[0])
-        self.videos = VideoRecorder(self.root_dir, self._evaluator.act, self.writer,
-                                    seed=seeds.evaluation(self.seed))
-        if step == 0:
+        self._on_nonfinite = on_nonfinite
+        self._warned_nonfinite = False
+        self._video_problem = None
+        self._on_checkpoint = []
+        self.evaluation = None
+        self._judging = Judging(session.root_dir, policy, eval_env, config=config,
+                                seed=session.seed, train_step=session.train_step,
+                                unit=session.unit, say=session.say)
+        self._evaluator, self._best = self._judging.evaluator, self._judging.best
+        self.writer = SummaryWriter(session.root_dir, resume_step=start_step or None)
+        self.progress = Progress(budget, start_step=start_step, enabled=session.verbose,
+                                 unit=session.unit)
+        self.videos = VideoRecorder(session.root_dir, self._evaluator.act, self.writer,
+                                    seed=seeds.evaluation(session.seed))
+        if start_step == 0:
             self.writer.operative_config(gin.config_str(), 0)
 
-    @staticmethod
-    def eval_env(num_envs, seed):
-        """`num_envs` copies of the run's env as evaluation makes them (Gin scope 'eval')."""
-        with gin.config_scope('eval'):
-            return make_env(num_envs=num_envs, seed=seed)
+    # What the modes read of the session, under the names they always had.
+    root_dir = property(lambda self: self.session.root_dir)
+    seed = property(lambda self: self.session.seed)
+    unit = property(lambda self: self.session.unit)
+    train_step = property(lambda self: self.session.train_step)
+    run_state = property(lambda self: self.session.run_state)
+    stop_requested = property(lambda self: self.session.stop_requested)
+
+    def say(self, text):
+        self.session.say(text)
+
+    def writing(self, what, step):
+        return self.session.writing(what, step)
 
     def on_checkpoint(self, fn):
         """Also runs `fn(step)` right before every checkpoint (e.g. a recorder's shard)."""
@@ -195,27 +140,7 @@ class Trainer:
             self.run_state.add_wall_time(self.progress.lap())
             for fn in self._on_checkpoint:
                 fn(step)
-            self._checkpointer.save(step)
-
-    @contextlib.contextmanager
-    def writing(self, what, step):
-        """Turns a full disk or an I/O error under root_dir into one line with the run's state."""
-        try:
-            yield
-        except (tf.errors.OpError, OSError) as error:
-            if isinstance(error, tf.errors.OpError) and not isinstance(
-                    error, (tf.errors.ResourceExhaustedError, tf.errors.DataLossError,
-                            tf.errors.UnknownError, tf.errors.FailedPreconditionError,
-                            tf.errors.PermissionDeniedError, tf.errors.NotFoundError)):
-                raise
-            reason = ' '.join(str(getattr(error, 'message', '') or error).split())[:160]
-            latest = self._checkpointer.latest if self._checkpointer else None
-            state = (f"the last good checkpoint is {latest}" if latest
-                     else "no checkpoint was written yet")
-            raise UserError(
-                f"Could not write {what} under {self.root_dir} at {self.unit[:-1]} {step:,} "
-                f"({reason}); {state}. Free space (or fix the directory) and rerun the same "
-                "command to resume.") from None
+            self.session.checkpointer.save(step)
 
     def snapshot(self, step, diagnostics=None):
         """Exports the greedy policy with its (fresh) eval return under root_dir/policies/."""
@@ -228,18 +153,6 @@ class Trainer:
                             collect_policy=self._snapshot_collect_policy)
 
     # -- The loop -------------------------------------------------------------------------------
-
-    @property
-    def stop_requested(self):
-        return self._stop.requested
-
-    def __enter__(self):
-        self._stop.install()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.restore()
-        self._lock.release()
 
     def run(self, chunk, *, step_of, budget, hooks, done=lambda: False):
         """Runs `chunk(step)` until `step_of()` reaches `budget`, a stop, or `done()`.
@@ -290,13 +203,11 @@ class Trainer:
                 self.say(f"warning: train/{', train/'.join(bad)} not finite at {where}; "
                          "training on (on_nonfinite='warn').")
             return
-        latest = self._checkpointer.latest
+        latest = self.session.checkpointer.latest
         kept = (f"the last finite checkpoint ({latest}) stays the latest" if latest
                 else "no checkpoint had been written yet")
-        raise UserError(
-            f"Training diverged: train/{', train/'.join(bad)} not finite at {where}; {kept} and "
-            "nothing non-finite was saved. Lower the learning rate or clip gradients, then "
-            "rerun (on_nonfinite='warn' trains on instead).")
+        raise divergence_error('Training', bad, where, kept,
+                               "rerun (on_nonfinite='warn' trains on instead)")
 
     # -- Close-out ------------------------------------------------------------------------------
 
@@ -317,7 +228,7 @@ class Trainer:
             return
         if self._config.final_eval_episodes:
             with self.writing(takeaway.EVALUATION_FILE, step):
-                env = self.eval_env(self._config.final_eval_episodes, seeds.REPORT)
+                env = eval_env(self._config.final_eval_episodes, seeds.REPORT)
                 try:
                     self.evaluation = takeaway.final_report(
                         self.root_dir, env, self._evaluator.act, self._best, self.say,
@@ -363,11 +274,3 @@ class Trainer:
     def rate(self, step):
         """Steps per second of this process's training so far."""
         return (step - self.start_step) / max(self.progress.elapsed(), 1e-9)
-
-
-def nonfinite(diagnostics):
-    """Names of the diagnostics (scalars or arrays) holding a NaN or an infinity."""
-    if ALL_FINITE in diagnostics and bool(diagnostics[ALL_FINITE]):
-        return []  # the usual case: one read of the chunk's own flag
-    return [name for name, value in diagnostics.items()
-            if name != ALL_FINITE and not np.all(np.isfinite(np.asarray(value)))]

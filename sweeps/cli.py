@@ -6,8 +6,8 @@ import fcntl
 import os
 import sys
 
+from app.cli import add_gin_flags, one_line, start_up
 from core.errors import UserError
-from experiment.cli import add_gin_flags, one_line, start_up
 from sweeps import spec as sweep_spec
 from sweeps import trial
 

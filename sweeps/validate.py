@@ -16,8 +16,8 @@ import threading
 import gin
 from gin import config as gin_config
 
+from app import cli
 from core.errors import UserError
-from experiment import cli
 from sweeps import naming
 
 _GIN_LOCK = threading.Lock()

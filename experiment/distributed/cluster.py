@@ -3,7 +3,7 @@
 `Cluster` starts each role as its own `train.py --role=...` process (own
 session, own log under `<root_dir>/logs/`), restarts a crashed one, and stops
 them in order; `run_cluster` runs a whole cluster to its end. The launcher
-(`python -m experiment.distributed.launch`) and the tests use it.
+(`python -m app.launch`) and the tests use it.
 """
 
 import json

@@ -16,12 +16,10 @@ the first evaluation at or above `run.target_return`.
 import time
 
 from core import rundir, seeds, tags
-from experiment.best_policy import BestPolicy
 from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import Stopped, Watchdog, retry
-from experiment.evaluation import Evaluator, play_episodes
+from experiment.judging import Judging, eval_env
 from experiment.run_state import RunState
-from experiment.trainer import Trainer
 
 _POLL_S = 1.0
 
@@ -32,16 +30,12 @@ class _Eval:
     def __init__(self, role, settings, params, *, address, seed, root_dir):
         self.role, self.settings, self.params = role, settings, params
         self.agent, self.train_step, _ = common.build_agent(params, seed=seed)
-        self.env = Trainer.eval_env(params.num_eval_episodes, seeds.evaluation(seed))
-        self.evaluator = Evaluator(self.env, self.agent.policy, params.eval_epsilon,
-                                   seeds.evaluation_actions(seed))
-        self.best, self.confirm_env = None, None
-        if params.best_policy_episodes:  # root_dir/policy_best, as in a single-process run
-            self.confirm_env = Trainer.eval_env(params.best_policy_episodes, seeds.CONFIRMATION)
-            self.best = BestPolicy(
-                root_dir, self.agent.policy, self.train_step, say=role.log,
-                confirm=lambda: play_episodes(self.confirm_env, self.evaluator.act,
-                                              seed=seeds.CONFIRMATION)[0])
+        self.env = eval_env(params.num_eval_episodes, seeds.evaluation(seed))
+        # As a single-process run judges its policy (root_dir/policy_best included); the x
+        # axis counts transitions inserted, i.e. env steps.
+        self.judging = Judging(root_dir, self.agent.policy, self.env, config=params, seed=seed,
+                               train_step=self.train_step, unit='env steps', say=role.log)
+        self.evaluator, self.best = self.judging.evaluator, self.judging.best
         self.store = tables.WeightStore(address, timeout_s=settings.timeout_s)
         self.whom = f'the replay server at {address}'
         self.policy_step = None
@@ -83,8 +77,7 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
         role.restore_signal_handlers()
         summaries.close()
         evaluation.env.close()
-        if evaluation.confirm_env is not None:
-            evaluation.confirm_env.close()
+        evaluation.judging.close()
     metrics = _metrics(run_state, evaluation, start)
     rundir.write_metrics(directory, metrics)
     return metrics

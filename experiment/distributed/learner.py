@@ -24,15 +24,13 @@ import time
 import tensorflow as tf
 
 from core import rundir, tags
-from core.errors import UserError
 from core.export import export_policy
 from core.schedules import linear_schedule
 from experiment.checkpointing import Checkpointer
 from experiment.distributed import common, config, tables
 from experiment.distributed.waiting import TRANSIENT, Stopped, Watchdog, one_line, retry
-from experiment.loop import Training
+from experiment.loop import Training, divergence_error, nonfinite
 from experiment.replay import Mode, num_steps_of
-from experiment.trainer import nonfinite
 
 
 class _Learner:
@@ -203,10 +201,9 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
         before, step = step, int(learner.train_step.numpy())
         bad = nonfinite(diagnostics)
         if bad:  # before any checkpoint or push: nothing non-finite leaves the learner
-            raise UserError(
-                f"the learner diverged: train/{', train/'.join(bad)} not finite at train step "
-                f"{step:,}; its last checkpoint (the last finite one) stays the latest. Lower "
-                "the learning rate or clip gradients, then restart the run.")
+            raise divergence_error('the learner', bad, f'train step {step:,}',
+                                   'its last checkpoint (the last finite one) stays the latest',
+                                   'restart the run')
         loss = diagnostics['loss']
         if step // settings.weight_push_interval > before // settings.weight_push_interval:
             with watchdog.waiting('pushing weights', learner.whom_server):

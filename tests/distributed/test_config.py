@@ -5,8 +5,8 @@ import os
 import gin
 import pytest
 
+from app import cli
 from core.errors import UserError
-from experiment import cli
 from experiment.distributed import config, net
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

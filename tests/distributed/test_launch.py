@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.reverb, pytest.mark.slow, pytest.mark.timeout(900)]
 
 
 def _launch(root_dir, *bindings, collectors=2):
-    cmd = [sys.executable, '-m', 'experiment.distributed.launch', f'--root_dir={root_dir}',
+    cmd = [sys.executable, '-m', 'app.launch', f'--root_dir={root_dir}',
            f'--collectors={collectors}']
     cmd += [f'--gin_file={f}' for f in GIN_FILES]
     cmd += [f'--gin_bindings={b}' for b in [*FAST, *bindings]]

@@ -12,7 +12,7 @@ pytestmark = [pytest.mark.reverb, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
 def test_two_collectors_reach_minus_200_within_the_budget(tmp_path):
-    cmd = [sys.executable, '-m', 'experiment.distributed.launch',
+    cmd = [sys.executable, '-m', 'app.launch',
            '--gin_file=configs/sac_pendulum_distributed.gin', '--collectors=2',
            f'--root_dir={tmp_path / "run"}', '--gin_bindings=run.stop_at_target_return=True']
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3300)

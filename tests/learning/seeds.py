@@ -1,6 +1,6 @@
 """The learning tests' "2 of 3 seeds" rule: run seeds until two reach the target, or all three."""
 
-from experiment import cli
+from app import cli
 
 
 def seeds_reaching_target(gin_file, root, within_steps, *, bindings=(), mixins=()):

@@ -2,7 +2,7 @@
 
 import pytest
 
-from experiment import cli
+from app import cli
 from tests.smoke.test_train import ROOT
 
 BACKENDS = ['uniform', 'prioritized', 'reverb_uniform', 'reverb_prioritized']

@@ -9,7 +9,7 @@ offline result.
 
 import pytest
 
-from experiment import cli
+from app import cli
 from tests.smoke.test_train import ROOT
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from experiment import cli
+from app import cli
 from tests.learning.seeds import seeds_reaching_target
 from tests.smoke.test_train import ROOT
 

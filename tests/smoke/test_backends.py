@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from experiment import cli
+from app import cli
 from tests.smoke.test_train import ROOT, TINY, read_scalars
 
 

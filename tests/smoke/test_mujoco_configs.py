@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from app import cli
 from core import tags
 from envs.suite import make_env
-from experiment import cli
 from tests.smoke.test_train import ROOT, read_scalars
 
 CONFIGS = ['configs/sac_halfcheetah.gin', 'configs/sac_hopper.gin', 'configs/sac_walker2d.gin']

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from app import cli
 from core.errors import UserError
-from experiment import cli
 from tests.smoke.test_train import ROOT, read_scalars
 
 TINY_SAC = ['--gin_file=configs/sac_pendulum.gin', '--gin_file=configs/testing/tiny_sac.gin']

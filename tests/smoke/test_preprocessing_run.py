@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
+from app import cli
 from core.errors import UserError
-from experiment import cli
 from tests.smoke.test_train import ROOT, TINY, read_scalars
 
 STAGE = ['--gin_bindings=run.preprocessing = [@preprocess.ObservationNormalization(), '

@@ -1,6 +1,8 @@
 """Kill a run (SIGKILL, then SIGINT) and rerun it: it continues with no gap or duplicate."""
 
+import glob
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -9,8 +11,8 @@ import time
 import numpy as np
 import tensorflow as tf
 
-from experiment import cli
-from experiment.trainer import Trainer
+from app import cli
+from experiment.run_session import RunSession
 from tests.smoke.test_train import ROOT, TINY, read_scalars
 
 BUDGET = 12_000
@@ -54,17 +56,19 @@ def _expected_summary_steps():
 
 
 def restored_state_recorder(monkeypatch, directory):
-    """Makes `Trainer.restore` write what it restored to `directory` (a TF checkpoint of the
+    """Makes `RunSession.restore` write what it restored to `directory` (a TF checkpoint of the
     same objects, right after the restore and before any step), for a comparison with the
     run's own checkpoint."""
-    original = Trainer.restore
+    original = RunSession.restore
 
-    def restore(trainer, step_counter, **trackables):
-        step = original(trainer, step_counter, **trackables)
-        tf.train.Checkpoint(**trackables).write(os.path.join(directory, 'restored'))
+    def restore(session, step_counter, **trackables):
+        step = original(session, step_counter, **trackables)
+        # The objects as the run's Checkpointer arranges them, so both files name them alike.
+        tf.train.Checkpoint(train_step=session.train_step, run_state=session.run_state,
+                            **trackables).write(os.path.join(directory, 'restored'))
         return step
 
-    monkeypatch.setattr(Trainer, 'restore', restore)
+    monkeypatch.setattr(RunSession, 'restore', restore)
     return os.path.join(directory, 'restored')
 
 
@@ -100,7 +104,12 @@ def test_sigkill_then_sigint_then_finish(tmp_path, monkeypatch):
     stopped_at = int(output.split('Interrupted at env step ')[1].split(':')[0].replace(',', ''))
     assert latest_checkpoint_step(root_dir) == stopped_at > first_checkpoint
 
-    saved = tf.train.latest_checkpoint(os.path.join(root_dir, 'checkpoints'))
+    # A copy: the resumed run keeps only its newest checkpoints and deletes this one.
+    latest = tf.train.latest_checkpoint(os.path.join(root_dir, 'checkpoints'))
+    saved = str(tmp_path / 'saved' / os.path.basename(latest))
+    os.makedirs(os.path.dirname(saved))
+    for path in glob.glob(latest + '.*'):
+        shutil.copy(path, os.path.dirname(saved))
     restored = restored_state_recorder(monkeypatch, str(tmp_path))
     metrics = cli.train_main(ARGS + [f'--root_dir={root_dir}'])
     assert_restored_exactly(saved, restored)

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from experiment import cli
+from app import cli
 from tests.smoke.test_backends import backend_mixins
 from tests.smoke.test_resume import CAPACITY, latest_checkpoint_step, signal_after_checkpoint_beyond
 from tests.smoke.test_train import ROOT, TINY, read_scalars

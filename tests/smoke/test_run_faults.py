@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from app import cli
 from core.errors import UserError
 from core.runlock import RunLock
-from experiment import cli
 from tests.smoke.test_resume import ARGS, BUDGET, latest_checkpoint_step
 from tests.smoke.test_train import ROOT, TINY, read_scalars
 

@@ -8,8 +8,8 @@ import pytest
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
+from app import cli
 from core import tags
-from experiment import cli
 from tests.smoke.test_train import ROOT, read_scalars
 
 TINY_SAC = ['--gin_file=configs/sac_pendulum.gin', '--gin_file=configs/testing/tiny_sac.gin']

@@ -11,9 +11,9 @@ import pytest
 import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 
+from app import cli
 from core import tags
 from core.errors import UserError
-from experiment import cli
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ['--gin_file=configs/dqn_cartpole.gin', '--gin_file=configs/testing/tiny.gin']

@@ -30,7 +30,7 @@ ALLOWED = {
     ('buffers/episodic.py', 'getattr(nest, name, None)'): 'a field of a data nest',
     ('experiment/evaluation.py', "hasattr(env, 'step_copies')"): 'an eval env, not replay',
     ('experiment/evaluation.py', "getattr(act, 'takes_rows', False)"): 'an eval actor',
-    ('experiment/trainer.py', "getattr(error, 'message', '')"): 'an exception message',
+    ('experiment/run_session.py', "getattr(error, 'message', '')"): 'an exception message',
     ('experiment/staged_agent.py', 'getattr(self.agent, name)'): 'delegation to the agent',
     ('experiment/staged_agent.py', "getattr(t, 'freeze_after_warmup', False)"):
         'a preprocessing transform option',

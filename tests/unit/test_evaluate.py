@@ -6,9 +6,9 @@ import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 from tf_agents.policies import fixed_policy, policy_saver
 
+from app import cli
 from core.errors import UserError
 from envs.suite import make_env
-from experiment import cli
 
 
 def test_missing_policy_is_a_one_line_error(tmp_path):

@@ -123,6 +123,16 @@ def test_jpeg_codec_is_lossy_but_close():
     _fill(buffer, 20)
     window, _ = buffer.sample(8, 2)
     assert window.observation.dtype == tf.uint8 and window.observation.shape[-1] == K
+    # The pixels themselves: a smooth frame comes back within a few grey levels, a noisy one
+    # visibly changed (lossy), and both keep their shape.
+    codec = Codec('jpeg', FRAME, jpeg_quality=95)
+    ramp = np.add.outer(np.arange(12) * 10, np.arange(12) * 5).astype(np.uint8)
+    noise = np.random.default_rng(0).integers(0, 256, FRAME, dtype=np.uint8)
+    frames = tf.constant(np.stack([ramp, noise]))
+    decoded = codec.decode(codec.encode(frames)).numpy().astype(np.int64)
+    assert decoded.shape == (2, *FRAME)
+    assert np.abs(decoded[0] - ramp).mean() < 3.0
+    assert np.abs(decoded[1] - noise).mean() > 1.0
 
 
 def test_lz4_keeps_frames_that_end_in_zero_bytes():

@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
+from app import cli
 from bench import learning_results, preprocessing_results, run_archive
-from experiment import cli
 from tests.smoke.test_train import TINY
 
 

@@ -71,3 +71,32 @@ def test_mixed_replay_writes_online_reads_both_and_counts_rows():
     assert metrics['logged_fraction_sampled'] == 0.25 and metrics['logged_size'] == 20
     assert mixed.ages(info.keys.numpy()).shape == (6,)  # online rows only
     assert 'mixing_counters' in mixed.checkpoint_items()
+
+
+def test_the_logged_fraction_counts_the_rows_each_source_really_returned():
+    """A source that returns fewer rows than it was asked for (here one, always) shows in
+    `logged_fraction_sampled`: the counters read the sampled parts, not the configuration."""
+    from buffers.mixing import MixedReplay
+
+    class OneRowSource:
+        capabilities = Capabilities(xla=True)
+
+        def __init__(self, source):
+            self._source = source
+
+        def sample(self, batch_size, num_steps):
+            window, info = self._source.sample(batch_size, num_steps)
+            return tf.nest.map_structure(lambda leaf: leaf[:1], (window, info))
+
+        def metrics(self):
+            return self._source.metrics()
+
+    mixed = MixedReplay(_source(0, 1), OneRowSource(_source(1, 2)), logged_fraction=0.5,
+                        batch_size=8)
+    sample = tf.function(lambda: mixed.sample(8, 2))
+    for _ in range(3):
+        window, _ = sample()
+        assert window['source'].numpy()[:, 0].tolist() == [0, 0, 0, 0, 1]
+    metrics = mixed.metrics()
+    assert metrics['logged_sampled'] == 3  # one row per batch, as drawn
+    assert metrics['logged_fraction_sampled'] == pytest.approx(3 / 15)

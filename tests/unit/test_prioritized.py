@@ -211,7 +211,7 @@ def test_negative_alpha_is_refused():
 
 
 def test_gin_config_binds_the_backend():
-    import experiment.registry  # noqa: F401  (registers the configurables)
+    import app.registry  # noqa: F401  (registers the configurables)
 
     with gin.unlock_config():
         gin.clear_config()

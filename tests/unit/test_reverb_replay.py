@@ -272,7 +272,7 @@ def test_user_errors(make):
 @pytest.mark.parametrize('name, backend', [('reverb_uniform', 'ReverbUniformReplay'),
                                            ('reverb_prioritized', 'ReverbPrioritizedReplay')])
 def test_gin_configs_bind_the_backends(name, backend):
-    import experiment.registry  # noqa: F401  (registers the configurables)
+    import app.registry  # noqa: F401  (registers the configurables)
 
     with gin.unlock_config():
         gin.clear_config()

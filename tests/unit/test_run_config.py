@@ -3,7 +3,7 @@
 import gin
 import pytest
 
-import experiment.registry  # noqa: F401  (registers every configurable)
+import app.registry  # noqa: F401  (registers every configurable)
 from core.errors import UserError
 from experiment import config
 
@@ -77,7 +77,7 @@ SAC = ['--gin_file=configs/sac_pendulum.gin', '--gin_file=configs/testing/tiny_s
 ])
 def test_agent_and_env_values_are_checked_before_anything_is_built(tmp_path, config, binding,
                                                                    message):
-    from experiment import cli
+    from app import cli
 
     with pytest.raises(UserError) as error:
         cli.train_main(config + [f'--gin_bindings={binding}', f'--root_dir={tmp_path / "r"}'])
@@ -85,7 +85,7 @@ def test_agent_and_env_values_are_checked_before_anything_is_built(tmp_path, con
 
 
 def test_a_start_that_failed_validation_does_not_block_the_corrected_command(tmp_path):
-    from experiment import cli
+    from app import cli
 
     root = f'--root_dir={tmp_path / "r"}'
     with pytest.raises(UserError):

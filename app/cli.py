@@ -91,7 +91,7 @@ def load_gin_config(gin_files, gin_bindings):
     """Parses configs strictly and turns Gin's errors into one-line UserErrors."""
     import gin
 
-    import experiment.registry  # noqa: F401  (registers every configurable)
+    import app.registry  # noqa: F401  (registers every configurable)
 
     if not gin_files:
         raise UserError("No --gin_file given: pass e.g. --gin_file=configs/dqn_cartpole.gin.")
@@ -128,7 +128,7 @@ def train_main(argv=None):
         return run_role(args.role, root_dir, address=args.replay_address,
                         collector_id=args.collector_id, seed=args.seed, force=args.force,
                         bind_all_interfaces=args.bind_all_interfaces)
-    from experiment.entry import experiment_function
+    from app.entry import experiment_function
 
     metrics = experiment_function()(root_dir, seed=args.seed, force=args.force)
     if args.print_metrics:

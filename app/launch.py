@@ -1,6 +1,6 @@
 """Starts every role of a distributed run on this machine; stops them all on Ctrl-C.
 
-    python -m experiment.distributed.launch --gin_file=configs/sac_pendulum_distributed.gin \\
+    python -m app.launch --gin_file=configs/sac_pendulum_distributed.gin \\
         [--collectors=2] [--root_dir=...] [--port=N] [--seed=0] [--bind_all_interfaces]
 
 (`make train-distributed COLLECTORS=2`.) Each role is `train.py --role=...` in
@@ -24,8 +24,8 @@ import os
 import signal
 import sys
 
+from app import cli
 from core.errors import UserError
-from experiment import cli
 from experiment.distributed import net
 from experiment.distributed.cluster import Cluster, free_port, run_cluster
 
@@ -58,7 +58,7 @@ def main(argv=None):
     if not args.bind_all_interfaces and not net.in_private_namespace() and \
             net.exposed_interfaces():
         command = net.private_namespace_command([sys.executable, '-m',
-                                                 'experiment.distributed.launch', *argv])
+                                                 'app.launch', *argv])
         if command is None:
             raise UserError(
                 "Cannot create a private network namespace here (`unshare --user --net` "

@@ -1,0 +1,1 @@
+"""Command-line code above the experiment layer: flags, Gin loading, the distributed launcher."""
