@@ -223,7 +223,8 @@ def render(results, failures, opts, seconds):
         'so 32 envs get 32 observers, as 32 actors would), the numpy ring from Python. Reverb '
         'inserts are timed until the server has them (a final flush).',
         '- **Sample** (2-step windows/s, batch 256): ours through the learner\'s path, K=32 '
-        '`sample` calls in one `tf.function`, jit-compiled when the backend `supports_xla`; '
+        '`sample` calls in one `tf.function`, jit-compiled when the backend declares '
+        '`capabilities.xla`; '
         'TF-Agents\' classes through their documented `as_dataset(sample_batch_size=256, '
         'num_steps=2)` iterated eagerly (as their examples build it: `num_parallel_calls=3` '
         'and `prefetch(3)` for `TFUniformReplayBuffer`, `prefetch(50)` for Reverb). Other '

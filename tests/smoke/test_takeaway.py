@@ -11,7 +11,8 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image, ImageSequence
 
-from app import cli, video
+from app import cli
+from experiment import video
 from tests.smoke.test_train import ROOT, TINY
 
 SAC_TINY = ['--gin_file=configs/sac_pendulum.gin', '--gin_file=configs/testing/tiny_sac.gin']

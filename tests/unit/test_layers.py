@@ -58,7 +58,7 @@ def _our_imports(path):
         if isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            # `from app import cli` imports app.cli: check the submodule too.
+            # `from experiment import cli` imports experiment.cli: check the submodule too.
             names = [f'{node.module}.{alias.name}' for alias in node.names]
             names = [name if _is_module(name) else node.module for name in names]
         else:
