@@ -47,42 +47,48 @@ def _q_gap(agent, experience):
     return float(tf.reduce_mean(q_data) - tf.reduce_mean(tf.stack(others)))
 
 
-def _trained_gap(env, cql_alpha):
-    agent = _agent(env, cql_alpha=cql_alpha)
-    experience = _dataset_batch(agent)
-    for _ in range(STEPS):
-        loss_info = agent.train(experience)
-    assert np.isfinite(float(loss_info.loss))
-    return _q_gap(agent, experience), loss_info
+@pytest.fixture(scope='module')
+def trained(pendulum):
+    """{cql_alpha: (agent, the batch, last loss info)} after STEPS steps on one narrow batch,
+    for alpha 0 (SAC's critic alone) and 5; shared: tracing a CQL-SAC step is the slow part."""
+    runs = {}
+    for cql_alpha in (0.0, 5.0):
+        # A fast critic (3e-3): in 60 steps the term moves Q by ~1.5, the seeds' spread ~0.3.
+        agent = _agent(pendulum, cql_alpha=cql_alpha, critic_learning_rate=3e-3)
+        experience = _dataset_batch(agent)
+        train = tf.function(agent.train)  # as the loop runs it (eager steps are ~10x slower)
+        for _ in range(STEPS):
+            loss_info = train(experience)
+        assert np.isfinite(float(loss_info.loss))
+        runs[cql_alpha] = agent, experience, loss_info
+    return runs
 
 
-def test_the_conservative_term_raises_dataset_actions_above_the_others(pendulum):
-    plain_gap, _ = _trained_gap(pendulum, cql_alpha=0.0)
-    conservative_gap, loss_info = _trained_gap(pendulum, cql_alpha=5.0)
+def test_the_conservative_term_raises_dataset_actions_above_the_others(trained):
+    plain_gap = _q_gap(*trained[0.0][:2])
+    conservative_gap = _q_gap(*trained[5.0][:2])
     # Same seeds, same batch: only the CQL term differs, and it pushes Q down on sampled
     # (policy and uniform) actions and up on the dataset's.
     assert conservative_gap > plain_gap + 0.5, (plain_gap, conservative_gap)
-    assert float(loss_info.extra.cql_loss) != 0.0
+    assert float(trained[5.0][2].extra.cql_loss) != 0.0
 
 
-def test_cql_alpha_stays_fixed_without_lagrange_and_is_learned_with_it(pendulum):
-    fixed = _agent(pendulum, cql_alpha=2.0)
+def test_cql_alpha_stays_fixed_without_lagrange_and_is_learned_with_it(pendulum, trained):
+    fixed = trained[5.0][0]
+    assert float(fixed.summary_scalars()['train/cql_alpha']) == pytest.approx(5.0)
     learned = _agent(pendulum, cql_alpha=2.0, use_lagrange_cql_alpha=True, cql_tau=-100.0,
                      cql_alpha_learning_rate=0.1)
-    assert float(fixed.summary_scalars()['train/cql_alpha']) == pytest.approx(2.0)
-    for agent in (fixed, learned):
-        experience = _dataset_batch(agent)
-        for _ in range(5):
-            agent.train(experience)
-    assert float(fixed.summary_scalars()['train/cql_alpha']) == pytest.approx(2.0)
+    experience = _dataset_batch(learned)
+    train = tf.function(learned.train)
+    for _ in range(5):
+        train(experience)
     # The action gap is far above tau = -100, so the multiplier grows to enforce it.
     assert float(learned.summary_scalars()['train/cql_alpha']) > 2.0
 
 
-def test_zero_weighted_windows_leave_the_sac_part_of_the_loss(pendulum):
+def test_zero_weighted_windows_leave_the_sac_part_of_the_loss(trained):
     """The loop zeroes boundary windows' weights: the critic's TD loss must ignore them."""
-    agent = _agent(pendulum, cql_alpha=0.0)
-    experience = _dataset_batch(agent)
+    agent, experience, _ = trained[0.0]
     huge = experience._replace(reward=tf.fill([BATCH, 2], 1e4))
     weights = tf.constant([1.0] * (BATCH // 2) + [0.0] * (BATCH // 2))
     mixed = tf.nest.map_structure(
