@@ -104,7 +104,7 @@ def build_agent(make_agent, transforms, time_step_spec, action_spec, train_step,
         _check_stage_takes_stacks(transforms)
     preprocessor = stage.build(transforms, time_step_spec, num_envs)
     if preprocessor is None:
-        return make_agent(time_step_spec, action_spec, train_step)
+        return _checked(make_agent(time_step_spec, action_spec, train_step), make_agent)
     if not collects and any(isinstance(t, RewardScaling) for t in preprocessor.transforms):
         raise UserError("preprocess.RewardScaling tracks returns while collecting, which this "
                         "process does not do (offline or distributed learning): remove it and "
@@ -114,9 +114,20 @@ def build_agent(make_agent, transforms, time_step_spec, action_spec, train_step,
         raise UserError("preprocess.ObservationNormalization.freeze_after_warmup freezes the "
                         "statistics of an initial random collection, which this process does "
                         "not do (offline or distributed learning): remove it.")
-    agent = make_agent(preprocessor.agent_time_step_spec(time_step_spec), action_spec,
-                       train_step)
+    agent = _checked(make_agent(preprocessor.agent_time_step_spec(time_step_spec), action_spec,
+                                train_step), make_agent)
     return StagedAgent(agent, preprocessor, time_step_spec, learns_statistics=not collects)
+
+
+def _checked(agent, make_agent):
+    """The agent, or one line if it lacks the surface every mode trains it through."""
+    if not isinstance(agent, AgentSurface):
+        name = getattr(make_agent, '__name__', repr(make_agent))
+        raise UserError(f"run.make_agent={name} returned a {type(agent).__name__}, which does not "
+                        "implement agents.surface.AgentSurface (summary scalars, diagnostics, "
+                        "priorities, checkpoint items): bind @dqn.make_agent, @sac.make_agent or "
+                        "@cql_sac.make_agent, or subclass AgentSurface in your agent.")
+    return agent
 
 
 def _check_stage_takes_stacks(transforms):

@@ -134,10 +134,6 @@ class ReverbBackend:
         self._closed = False
         self._writer = None  # opened by `_connect`; `close` may come before it
         self._temp_dir_cleanup = None
-        if checkpoint_dir is None:
-            checkpoint_dir = tempfile.mkdtemp(prefix='reverb_replay_')
-            self._temp_dir_cleanup = weakref.finalize(
-                self, shutil.rmtree, checkpoint_dir, ignore_errors=True)
         self._checkpoint_state = _ReverbCheckpoint(self)
         # The server this backend hosts (and so checkpoints and stops), if any.
         self._own_server = None
@@ -145,6 +141,10 @@ class ReverbBackend:
             server.host(self.make_table)
             self._address = server.address
         elif server_address is None:
+            if checkpoint_dir is None:  # only a server hosted here writes checkpoints here
+                checkpoint_dir = tempfile.mkdtemp(prefix='reverb_replay_')
+                self._temp_dir_cleanup = weakref.finalize(
+                    self, shutil.rmtree, checkpoint_dir, ignore_errors=True)
             self._own_server = ReplayServer(checkpoint_dir=checkpoint_dir,
                                             keep_checkpoints=keep_checkpoints)
             self._own_server.host(self.make_table)

@@ -32,6 +32,8 @@ ALLOWED = {
     ('experiment/evaluation.py', "getattr(act, 'takes_rows', False)"): 'an eval actor',
     ('experiment/run_session.py', "getattr(error, 'message', '')"): 'an exception message',
     ('experiment/staged_agent.py', 'getattr(self.agent, name)'): 'delegation to the agent',
+    ('experiment/staged_agent.py', "getattr(make_agent, '__name__', repr(make_agent))"):
+        'a factory name for an error message',
     ('experiment/staged_agent.py', "getattr(t, 'freeze_after_warmup', False)"):
         'a preprocessing transform option',
     ('experiment/staged_agent.py', "getattr(transform, 'include_pixels', False)"):
@@ -87,3 +89,18 @@ def test_instances_and_wrappers_narrow_what_their_class_declares():
     assert not UniformReplay(big_rows, capacity=16, batch_size=2).capabilities.xla
     stacked = FrameStackedReplay(PrioritizedReplay, spec, num_frames=4, capacity=32, batch_size=2)
     assert stacked.capabilities == Capabilities(priorities=True)  # no XLA, no bulk import
+
+
+def test_an_agent_without_the_surface_is_refused_in_one_line():
+    from tf_agents.agents.dqn import dqn_agent
+
+    from core.errors import UserError
+    from experiment import staged_agent
+
+    def make_plain_agent(time_step_spec, action_spec, train_step):
+        return dqn_agent.DqnAgent.__new__(dqn_agent.DqnAgent)  # a bare TF-Agents agent
+
+    with pytest.raises(UserError, match='make_plain_agent returned a DqnAgent, which does not '
+                                        'implement agents.surface.AgentSurface'):
+        staged_agent.build_agent(make_plain_agent, [], None, None, None, num_envs=1,
+                                 collects=True)
