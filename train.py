@@ -10,7 +10,10 @@ The work is done by `app.cli.train_main`; nothing imports this file.
 
 import sys
 
-from app.cli import run_cli, train_main
+from app.cli import exit_at_once, is_role_run, run_cli, train_main
 
 if __name__ == '__main__':
-    sys.exit(run_cli(train_main))
+    status = run_cli(train_main)
+    if is_role_run(sys.argv[1:]):
+        exit_at_once(status)  # a role has saved all it owns: no seconds of teardown
+    sys.exit(status)

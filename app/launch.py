@@ -90,4 +90,5 @@ def _run():
 
 
 if __name__ == '__main__':
-    sys.exit(cli.run_cli(_run, result_label='final metrics', whole_errors=True))
+    # Every role has exited by now: the launcher's own teardown would only delay the end.
+    cli.exit_at_once(cli.run_cli(_run, result_label='final metrics', whole_errors=True))

@@ -8,7 +8,6 @@ for a few thousand steps and writes the final checkpoint (the whole buffer inclu
 reports the process's peak RSS (VmHWM) and the checkpoint's size. About 15 minutes on one core.
 """
 
-import argparse
 import datetime
 import os
 import shutil
@@ -17,19 +16,10 @@ import sys
 import tempfile
 import time
 
+from bench import inprocess, timing
+
 CAPACITY = 1_000_000
 TRAIN_STEPS = 4_000
-
-
-def _peak_rss(pid):
-    try:
-        with open(f'/proc/{pid}/status') as f:
-            for line in f:
-                if line.startswith('VmHWM:'):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
 
 
 def measure(root_dir, capacity):
@@ -42,15 +32,18 @@ def measure(root_dir, capacity):
            '--gin_bindings=run.final_video=False', '--gin_bindings=run.checkpoint_interval=0',
            '--gin_bindings=eval/atari_env.max_episode_frames=400']
     start = time.time()
-    process = subprocess.Popen(cmd, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # Its output goes to a file: a pipe nobody reads would fill up and stall the run.
+    log = tempfile.TemporaryFile('w+')
+    process = subprocess.Popen(cmd, cwd=timing.REPO_ROOT, stdout=log, stderr=subprocess.STDOUT,
+                               text=True)
     peak = 0
     while process.poll() is None:
-        peak = max(peak, _peak_rss(process.pid) or 0)
+        peak = max(peak, inprocess.peak_rss_bytes(process.pid) or 0)
         time.sleep(1.0)
-    output = process.stdout.read()
+    log.seek(0)
+    output = log.read()
     if process.returncode:
-        raise SystemExit(f'train.py failed:\n{output[-3000:]}')
+        raise timing.BenchError(f'train.py failed:\n{output[-3000:]}')
     checkpoint_bytes = sum(os.path.getsize(os.path.join(d, f))
                            for d, _, files in os.walk(os.path.join(root_dir, 'checkpoints'))
                            for f in files)
@@ -72,21 +65,19 @@ def render(result, capacity):
         f"Command: `python {result['command']}`", ''])
 
 
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--output', default=None)
-    parser.add_argument('--capacity', type=int, default=CAPACITY)
-    opts = parser.parse_args(argv)
+def section(opts):
     root_dir = tempfile.mkdtemp(prefix='atari-1m-')
     try:
-        text = render(measure(os.path.join(root_dir, 'run'), opts.capacity), opts.capacity)
+        return render(measure(os.path.join(root_dir, 'run'), opts.capacity), opts.capacity)
     finally:
         shutil.rmtree(root_dir, ignore_errors=True)
-    print(text)
-    if opts.output:
-        from core.rundir import atomic_write_text
-        atomic_write_text(opts.output, text)
+
+
+def main(argv=None):
+    def capacity(parser):
+        parser.add_argument('--capacity', type=int, default=CAPACITY)
+    return timing.standalone_main(section, __doc__, argv, capacity)
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

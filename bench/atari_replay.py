@@ -3,14 +3,14 @@
     .venv/bin/python -m bench.atari_replay --output docs/atari_replay.md
     .venv/bin/python -m bench.run_all --only atari_replay      # the same, as a make bench section
 
-Memory. Each (game, layout) fills a buffer of `--transitions` transitions in a
+Memory. Each (game, layout) fills a buffer of 100,000 transitions (3,000 with --quick) in a
 process of its own, with frames of the real game (ale-py, the standard 84x84
 preprocessing, random actions), and reports the process RSS growth from before
 the buffer was built to after it was full, per transition: what a user's run
 pays, allocator and TF overheads included. Layouts: this project's
-`FrameStackedReplay` (one frame per step: LZ4, zlib, raw, JPEG), the layout this
-project used before (`UniformReplay` of the agent's stacked observations), and
-TF-Agents' `TFUniformReplayBuffer` of stacked observations (its Atari example).
+`FrameStackedReplay` (one frame per step: LZ4, zlib, raw, JPEG) and TF-Agents'
+`TFUniformReplayBuffer` of stacked observations, the layout of its Atari example (and of
+any replay that stores the agent's observations as they are).
 
 Speed. One core: sampling batches of 32 stacked windows (1-step targets: 2
 steps; 3-step: 4 steps) from a full buffer of real Pong frames, raw, LZ4 and zlib,
@@ -18,13 +18,10 @@ against the time of one Nature-CNN DQN gradient step on batch 32 (the rate the
 learner consumes batches). The ratio is samples/s over gradient steps/s.
 """
 
-import argparse
 import datetime
-import json
-import os
-import subprocess
 import sys
-import time
+
+from bench import inprocess, timing
 
 GAMES = ('ALE/Pong-v5', 'ALE/Breakout-v5', 'ALE/Boxing-v5')
 LAYOUTS = {
@@ -32,20 +29,13 @@ LAYOUTS = {
     'zlib': 'one frame per step, zlib level 1 (this project, codec zlib)',
     'none': 'one frame per step, raw uint8 (this project, codec none)',
     'jpeg': 'one frame per step, JPEG q95 (this project, lossy)',
-    'stacked': 'stacked [84, 84, 4] rows (this project before: UniformReplay)',
     'tf_agents': "stacked [84, 84, 4] rows (TF-Agents' TFUniformReplayBuffer)",
     'control': 'no buffer: the harness alone (env, chunks, a no-op add)',
 }
 # Which layouts run on which games: every game for the two layouts the issue bounds.
 PLAN = [(game, layout) for game in GAMES for layout in ('lz4', 'zlib', 'none')] + [
-    ('ALE/Pong-v5', 'jpeg'), ('ALE/Pong-v5', 'stacked'), ('ALE/Pong-v5', 'tf_agents'),
-    ('ALE/Pong-v5', 'control')]
+    ('ALE/Pong-v5', 'jpeg'), ('ALE/Pong-v5', 'tf_agents'), ('ALE/Pong-v5', 'control')]
 K = 4
-
-
-def _rss_bytes():
-    with open('/proc/self/statm') as f:
-        return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
 
 
 def _spec(tf, trajectory, observation_shape):
@@ -58,6 +48,7 @@ def _spec(tf, trajectory, observation_shape):
 
 
 def _build(layout, capacity):
+    """The `add` of a buffer of `layout` holding `capacity` transitions."""
     import tensorflow as tf
     from tf_agents.replay_buffers import tf_uniform_replay_buffer
     from tf_agents.trajectories import trajectory
@@ -67,18 +58,16 @@ def _build(layout, capacity):
 
     stacked = _spec(tf, trajectory, [84, 84, K])
     if layout == 'control':
-        return (lambda items: None), False
-    if layout in ('lz4', 'zlib', 'none', 'jpeg'):
-        buffer = FrameStackedReplay(UniformReplay, stacked, num_frames=K, capacity=capacity,
-                                    batch_size=32, num_steps=2, codec=layout)
-        return buffer.add, False
-    if layout == 'stacked':
-        return UniformReplay(stacked, capacity=capacity, batch_size=32, num_steps=2).add, True
-    buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(stacked, batch_size=1,
-                                                            max_length=capacity)
-    def add_batch(items):
-        buffer.add_batch(items)  # returns an Operation, which tf.function cannot return
-    return add_batch, True
+        return lambda items: None
+    if layout == 'tf_agents':
+        buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(stacked, batch_size=1,
+                                                                max_length=capacity)
+
+        def add_batch(items):
+            buffer.add_batch(items)  # returns an Operation, which tf.function cannot return
+        return add_batch
+    return FrameStackedReplay(UniformReplay, stacked, num_frames=K, capacity=capacity,
+                              batch_size=32, num_steps=2, codec=layout).add
 
 
 def _frames(game, count, seed=0):
@@ -133,7 +122,7 @@ def measure_memory(game, layout, transitions):
 
     from core.quiet import quiet_startup
     quiet_startup()
-    stacks = layout in ('stacked', 'tf_agents')
+    stacks = layout == 'tf_agents'
 
     def filler(add):
         def fill(step_type, observation, action, reward, discount):
@@ -148,16 +137,14 @@ def measure_memory(game, layout, transitions):
     first = next(chunks)
     # Warm-up: a small buffer of the same layout, traced and filled, so TF's one-off
     # allocations (kernels, tracing) are in the baseline, not charged to the transitions.
-    warm_add, _ = _build(layout, 64)
-    filler(warm_add)(*[column[:8] for column in first])
-    before = _rss_bytes()
-    add, _ = _build(layout, transitions)
-    fill = filler(add)
+    filler(_build(layout, 64))(*[column[:8] for column in first])
+    before = inprocess.rss_bytes()
+    fill = filler(_build(layout, transitions))
     fill(*first)
     del first
     for chunk in chunks:
         fill(*chunk)
-    after = _rss_bytes()
+    after = inprocess.rss_bytes()
     return {'game': game, 'layout': layout, 'transitions': transitions,
             'bytes_per_transition': (after - before) / transitions}
 
@@ -188,11 +175,8 @@ def measure_speed(transitions, rounds=200):
                 discount=tf.ones([1])))
         for num_steps in (2, 4):
             sample = tf.function(lambda n=num_steps, b=buffer: b.sample(32, n)[0].observation)
-            sample()
-            start = time.perf_counter()
-            for _ in range(rounds):
-                sample()
-            results[f'{codec}, {num_steps}-step windows'] = rounds / (time.perf_counter() - start)
+            results[f'{codec}, {num_steps}-step windows'] = inprocess.rate(sample, 1,
+                                                                           calls=rounds)
     results['Nature-CNN gradient steps'] = learner_rate(rounds // 4)
     return results
 
@@ -223,30 +207,23 @@ def learner_rate(steps=50):
         action=tf.zeros([32, 2], tf.int64), policy_info=(),
         next_step_type=tf.ones([32, 2], tf.int32), reward=tf.zeros([32, 2]),
         discount=tf.ones([32, 2]))
-    train = tf.function(lambda: agent.train(batch).loss)
-    train()
-    start = time.perf_counter()
-    for _ in range(steps):
-        train()
-    return steps / (time.perf_counter() - start)
+    return inprocess.rate(tf.function(lambda: agent.train(batch).loss), 1, calls=steps)
 
 
-def _child(args):
+def _child(function, *args, opts):
     # A fixed mmap threshold: glibc otherwise raises it after the first large free, and the
     # harness's own temporary chunks then stay in the heap and would count as buffer memory.
-    env = dict(os.environ, MALLOC_MMAP_THRESHOLD_='131072')
-    return json.loads(subprocess.run(
-        [sys.executable, '-m', 'bench.atari_replay', *args], check=True, capture_output=True,
-        env=env,
-        text=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    ).stdout.strip().splitlines()[-1])
+    return timing.child_result(f"atari_replay {' '.join(map(str, args))}".strip(),
+                               timing.call_command(f'bench.atari_replay.{function}', *args),
+                               opts.log_dir, env={'MALLOC_MMAP_THRESHOLD_': '131072'})
 
 
 def section(opts):
     transitions = 3_000 if opts.quick else 100_000
-    rows = [_child(['--child_memory', game, layout, str(transitions)]) for game, layout in PLAN]
+    rows = [_child('measure_memory', game, layout, transitions, opts=opts)
+            for game, layout in PLAN]
     speed_frames = 2_000 if opts.quick else 20_000
-    speed = _child(['--child_speed', str(speed_frames)])
+    speed = _child('measure_speed', speed_frames, opts=opts)
     return render(rows, speed, transitions, speed_frames, opts)
 
 
@@ -281,25 +258,8 @@ def render(rows, speed, transitions, speed_frames, opts):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--child_memory', nargs=3, metavar=('GAME', 'LAYOUT', 'N'))
-    parser.add_argument('--child_speed', metavar='N')
-    parser.add_argument('--quick', action='store_true')
-    parser.add_argument('--output', default=None)
-    opts = parser.parse_args(argv)
-    if opts.child_memory:
-        game, layout, count = opts.child_memory
-        print(json.dumps(measure_memory(game, layout, int(count))))
-        return
-    if opts.child_speed:
-        print(json.dumps(measure_speed(int(opts.child_speed))))
-        return
-    text = section(opts)
-    print(text)
-    if opts.output:
-        from core.rundir import atomic_write_text
-        atomic_write_text(opts.output, text)
+    return timing.standalone_main(section, __doc__, argv)
 
 
 if __name__ == '__main__':
-    main()
+    sys.exit(main())

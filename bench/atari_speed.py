@@ -7,7 +7,7 @@ and Stable-Baselines3's DQN.
 Ours is configs/dqn_atari.gin on Pong (Nature CNN, batch 32, a gradient step every 4 env
 steps, one env), with a 100,000-transition replay (SB3 stores stacks: its 1M would not fit
 this machine), a 1,000-step warm-up, no evaluation, report or export. Each variant runs at two
-budgets and its rate is Δ env steps / Δ wall time (bench/dqn_speed.py's method), pinned to core
+budgets and its rate is Δ env steps / Δ wall time (bench/harness.py), pinned to core
 0, or cores 0-1 for the two-core variant (run.tf_threads=2). "Gradient steps alone" is one
 Nature-CNN DQN step on a fixed batch of 32, timed in a loop on core 0: at 4 env steps per
 gradient step, the env steps/s a run would reach if everything else were free. The
@@ -15,17 +15,10 @@ overlapped variant collects each chunk on a second thread while the previous one
 (run.overlap_collection, experiment/loop.py `FusedLoop`).
 """
 
-import argparse
 import datetime
-import json
-import os
-import shutil
-import subprocess
 import sys
-import tempfile
-import time
 
-from bench import dqn_speed, timing
+from bench import harness, timing
 
 CONFIG = 'configs/dqn_atari.gin'
 COMMON = ['run.best_policy_episodes=0', 'run.final_eval_episodes=0', 'run.final_video=False',
@@ -50,23 +43,17 @@ FULL = (3_000, 13_000)
 QUICK = (1_200, 2_400)
 
 
-def _measure_ours(opts, scratch):
-    rates = {}
-    for name, extra, cpus in VARIANTS:
-        system = dqn_speed.train_system(name, CONFIG, COMMON + extra, uses_xla=False)
-        pinned = argparse.Namespace(**{**vars(opts), 'cpus': cpus})
-        rate, _ = dqn_speed.measure(system, QUICK if opts.quick else FULL, pinned, scratch)
-        rates[name] = rate.rate
-    return rates
+def _measure_ours(opts):
+    systems = [harness.train_system(name, CONFIG, COMMON + extra, uses_xla=False, cpus=cpus)
+               for name, extra, cpus in VARIANTS]
+    measured = harness.measure(systems, QUICK if opts.quick else FULL, opts, 'atari-speed-')
+    return {item.system.name: item.rate.rate for item in measured}
 
 
-def _gradient_steps_alone():
+def _gradient_steps_alone(opts):
     """Nature-CNN DQN gradient steps/s on batch 32, one TF thread, pinned to core 0."""
-    code = ('import json; from bench.atari_replay import learner_rate; '
-            'print(json.dumps(learner_rate()))')
-    done = subprocess.run(timing.pin_prefix('0') + [timing.python(), '-c', code], check=True,
-                          capture_output=True, text=True, cwd=timing.REPO_ROOT)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    cmd = timing.pin_prefix('0') + timing.call_command('bench.atari_replay.learner_rate')
+    return timing.child_result('gradient steps alone', cmd, opts.log_dir)
 
 
 def _sb3(opts):
@@ -75,21 +62,11 @@ def _sb3(opts):
     cmd = timing.pin_prefix('0') + [opts.sb3_python, 'bench/sb3_atari_peer.py']
     if opts.quick:
         cmd += ['--warmup=1200', '--steps=1200']
-    print(f'  [{time.strftime("%H:%M:%S")}] SB3 peer: {timing.shorten(cmd)}', flush=True)
-    done = subprocess.run(cmd, capture_output=True, text=True, cwd=timing.REPO_ROOT)
-    if done.returncode:
-        raise timing.BenchError(f'the SB3 peer failed (exit {done.returncode}): '
-                                f'{done.stderr.strip().splitlines()[-1:]}')
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return timing.child_result('SB3 peer', cmd, opts.log_dir)
 
 
 def section(opts):
-    scratch = tempfile.mkdtemp(prefix='atari-speed-')
-    try:
-        rates = _measure_ours(opts, scratch)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    return render(rates, _gradient_steps_alone(), _sb3(opts), opts)
+    return render(_measure_ours(opts), _gradient_steps_alone(opts), _sb3(opts), opts)
 
 
 def render(rates, gradient_steps, sb3, opts):
@@ -122,18 +99,7 @@ def render(rates, gradient_steps, sb3, opts):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--quick', action='store_true')
-    parser.add_argument('--output', default=None)
-    parser.add_argument('--sb3_python', default=os.environ.get('SB3_PYTHON'))
-    parser.add_argument('--log_dir', default=None)
-    opts = parser.parse_args(argv)
-    opts.log_dir = opts.log_dir or tempfile.mkdtemp(prefix='bench-logs-')
-    text = section(opts)
-    print(text)
-    if opts.output:
-        from core.rundir import atomic_write_text
-        atomic_write_text(opts.output, text)
+    return timing.standalone_main(section, __doc__, argv)
 
 
 if __name__ == '__main__':

@@ -1,53 +1,41 @@
-"""Replay buffers side by side: our backends, the TF-Agents classes they replace, numpy.
+"""Replay buffers side by side: each of our backends against the TF-Agents class it replaces.
 
-For each system and each data kind (a CartPole-like vector `Trajectory` and
-an 84x84x4 uint8 image one, DQN's `collect_data_spec` shape, capacity 100k)
-this measures insert rate (1 env, 32 batched envs), sample rate (batch 256
-of 2-step windows, through the learner's path), per-call sample latency,
-priority-update rate and bytes per stored transition, then prints markdown
-tables of rates, ratios and the acceptance checks. How each number is taken
-is in `bench/buffer_systems.py`, which does the measuring.
-
-Every (system, kind) pair runs in its own process, pinned like the other
-sections (`--cpus`, default one core) so numbers are per core and no
-system's threads, memory or Reverb server outlive it. Run alone:
+Insert and sample rates, sample latency, priority updates and bytes per stored transition of
+every system (bench/buffer_adapters.py) on a vector and an image `Trajectory`, each (system,
+data kind) in a process of its own (bench/buffer_systems.py), pinned like the other sections;
+what each number means is written out in the section's text (`render`). Run alone:
 
     .venv/bin/python -m bench.run_all --only buffers --quick   # ~3 min, harness check
     .venv/bin/python -m bench.run_all --only buffers            # full size, ~10 min
 """
 
-import json
 import math
-import os
-import re
 import statistics
-import subprocess
 import sys
-import threading
 import time
 
-from bench import buffer_systems, timing
+from bench import buffer_adapters, buffer_systems, timing
 
 # (system key, what it is); the worker module knows how to build each.
 SYSTEMS = [
-    ('numpy', 'numpy ring buffer (baseline)'),
     ('uniform', '`UniformReplay`'),
     ('tfa_uniform', 'TF-Agents `TFUniformReplayBuffer`'),
     ('prioritized', '`PrioritizedReplay`'),
     ('episodic', '`EpisodicReplay`'),
     ('tfa_episodic', 'TF-Agents `EpisodicReplayBuffer`'),
     ('reverb_uniform', '`ReverbUniformReplay`'),
-    ('tfa_reverb_uniform', 'TF-Agents `ReverbReplayBuffer`, Uniform table'),
     ('reverb_prioritized', '`ReverbPrioritizedReplay`'),
     ('tfa_reverb_prioritized', 'TF-Agents `ReverbReplayBuffer`, Prioritized table'),
 ]
 LABELS = dict(SYSTEMS)
-# Each of our backends against the TF-Agents class it replaces.
+# Each of our backends against the TF-Agents class a user would pick instead. Prioritized
+# replay in TF-Agents means a Reverb table. `ReverbUniformReplay` has no reference of its own:
+# TF-Agents' Reverb path with a Uniform table measured the same observer and dataset again
+# (only the table's selector differs, as between our two Reverb backends), within noise.
 REFERENCE = {
     'uniform': 'tfa_uniform',
     'prioritized': 'tfa_reverb_prioritized',
     'episodic': 'tfa_episodic',
-    'reverb_uniform': 'tfa_reverb_uniform',
     'reverb_prioritized': 'tfa_reverb_prioritized',
 }
 KINDS = ('vector', 'image')
@@ -55,7 +43,7 @@ KIND_TITLES = {'vector': 'Vector transitions (CartPole-like: float32[4] observat
                'image': 'Image transitions (uint8[84, 84, 4] observation)'}
 WORKER_TIMEOUT_S = 600
 # Insert rates with 32 envs are compared in interleaved repeats (see `insert_pairs`).
-INSERT_CHECKED = ('uniform', 'reverb_uniform', 'reverb_prioritized')
+INSERT_CHECKED = ('uniform', 'reverb_prioritized')
 INSERT_REPEATS = {'full': 3, 'quick': 1}
 MEMORY_LIMIT = 1.1  # image bytes per stored transition / observation bytes, in-process backends
 
@@ -108,60 +96,18 @@ def insert_pairs(opts):
     return pairs
 
 
-def worker_command(system, kind, opts, insert_only=False):
+def run_worker(system, kind, opts, insert_only=False):
+    """Runs one measuring process (bench/buffer_systems.py); returns its result for `kind`."""
     cmd = [timing.python(), '-m', 'bench.buffer_systems', '--system', system, '--kind', kind]
     cmd += ['--quick'] if opts.quick else []
     cmd += ['--insert_only'] if insert_only else []
-    return timing.pin_prefix(opts.cpus) + cmd
-
-
-def run_worker(system, kind, opts, insert_only=False):
-    """Runs one measuring process; echoes its progress lines; returns its result dict.
-
-    Only the worker's own progress lines (`  [hh:mm:ss] ...`) are echoed to
-    stderr: TF and Reverb log plenty that matters only when something fails,
-    and all of it is kept in the run's log file.
-    """
-    cmd = worker_command(system, kind, opts, insert_only)
     label = f'buffers {system} {kind}' + (' insert-only' if insert_only else '')
-    log_path = os.path.join(opts.log_dir, re.sub(r'[^A-Za-z0-9_.-]+', '_', label) + '.log')
-    print(f'  [{time.strftime("%H:%M:%S")}] {label}', flush=True)
-    env = dict(os.environ, PYTHONUNBUFFERED='1', TF_CPP_MIN_LOG_LEVEL='2')
     start = time.perf_counter()
-    with open(log_path, 'w') as log:
-        log.write(f'$ {timing.shorten(cmd)}\n')
-        proc = subprocess.Popen(cmd, cwd=timing.REPO_ROOT, env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                errors='replace', bufsize=1)
-        lines = []
-
-        def echo(stream):
-            for text in stream:
-                lines.append(text)
-                if text.startswith('  ['):
-                    print(text, end='', file=sys.stderr, flush=True)
-
-        reader = threading.Thread(target=echo, args=(proc.stderr,), daemon=True)
-        reader.start()
-        try:
-            out, _ = proc.communicate(timeout=WORKER_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            out = ''
-        reader.join(timeout=10)
-        log.writelines(lines)
-        log.write(out)
-    wall_s = time.perf_counter() - start
-    result = next((json.loads(line[len('RESULT '):]) for line in out.splitlines()
-                   if line.startswith('RESULT ')), None)
-    if proc.returncode != 0 or result is None:
-        tail = ''.join(lines[-15:])
-        raise timing.BenchError(f'{label} exited with status {proc.returncode} after '
-                                f'{wall_s:.0f} s (log: {log_path}); last lines:\n{tail}')
+    result = timing.child_result(label, timing.pin_prefix(opts.cpus) + cmd, opts.log_dir,
+                                 env={'TF_CPP_MIN_LOG_LEVEL': '2'}, progress=True,
+                                 timeout_s=WORKER_TIMEOUT_S)
     data = result['kinds'][kind]
-    data['wall_s'] = wall_s
-    print(f'  [{time.strftime("%H:%M:%S")}] {label}: done in {wall_s:.1f} s', flush=True)
+    data['wall_s'] = time.perf_counter() - start
     return data
 
 
@@ -206,12 +152,11 @@ def memory_cell(data):
 def render(results, failures, opts, seconds):
     budget = buffer_systems.QUICK if opts.quick else buffer_systems.FULL
     fills = {kind: f'{count:,}' for kind, count in budget['fill'].items()}
-    episode = buffer_systems.EPISODE_LENGTH
-    episodes = math.ceil(buffer_systems.CAPACITY / episode) + buffer_systems.NUM_ENVS
+    episode = buffer_adapters.EPISODE_LENGTH
+    episodes = math.ceil(buffer_adapters.CAPACITY / episode) + buffer_adapters.NUM_ENVS
     out = ['## Replay buffers: insert, sample, latency, memory', '']
     out += [
-        'Every backend and the TF-Agents class it replaces, with a plain numpy ring buffer '
-        '(`UniformReplay`\'s layout, the memcpy baseline), on a vector and an image '
+        'Every backend and the TF-Agents class it replaces, on a vector and an image '
         '`Trajectory` (step_type, observation, action, policy_info=(), next_step_type, '
         'reward, discount, as DQN\'s `collect_data_spec`), capacity 100,000 transitions. '
         f'Each (system, data) pair runs in its own process, {timing.describe_pinning(opts.cpus)}'
@@ -220,15 +165,16 @@ def render(results, failures, opts, seconds):
         'of 32 per add) into an empty buffer, through each backend\'s `add` inside a '
         '`tf.function` loop (as our collect loop calls it), TF-Agents\' `add_batch` the same '
         'way, TF-Agents\' `ReverbAddTrajectoryObserver` from Python (it takes unbatched steps, '
-        'so 32 envs get 32 observers, as 32 actors would), the numpy ring from Python. Reverb '
-        'inserts are timed until the server has them (a final flush).',
+        'so 32 envs get 32 observers, as 32 actors would). Reverb inserts are timed until '
+        'the server has them (a final flush).',
         '- **Sample** (2-step windows/s, batch 256): ours through the learner\'s path, K=32 '
         '`sample` calls in one `tf.function`, jit-compiled when the backend declares '
         '`capabilities.xla`; '
         'TF-Agents\' classes through their documented `as_dataset(sample_batch_size=256, '
         'num_steps=2)` iterated eagerly (as their examples build it: `num_parallel_calls=3` '
-        'and `prefetch(3)` for `TFUniformReplayBuffer`, `prefetch(50)` for Reverb). Other '
-        'read paths are listed further down.',
+        'and `prefetch(3)` for `TFUniformReplayBuffer`, `prefetch(50)` for Reverb), and also '
+        'K times inside a `tf.function`, as TF-Agents\' Learner reads it (the ratios\' '
+        '"theirs in tf.function" column).',
         '- **Latency**: one batch of 256 per call, each call timed on its own (for datasets: '
         'one `next`, which prefetching hides).',
         f'- **Filled** before sampling: vectors to {fills["vector"]} transitions, images to '
@@ -236,7 +182,10 @@ def render(results, failures, opts, seconds):
         'at a few thousand '
         'items/s; their samplers\' cost does not depend on table size). Fast inserts wrap '
         'the ring during the insert measurement, so in-process buffers are often full.',
-        '- **Bytes per stored transition**: TF variables\' (or numpy arrays\') total bytes / '
+        '- **Priority updates** (keys/s, 256 keys per call): ours as the train chunk calls '
+        'them, K=32 calls in one `tf.function`; TF-Agents\' `update_priorities` called '
+        'eagerly, its documented use.',
+        '- **Bytes per stored transition**: TF variables\' total bytes / '
         'capacity; for Reverb tables and TF-Agents\' episodic buffer (TensorLists grow as '
         'they fill), the process RSS growth while filling / items filled, marked (RSS): '
         'Reverb\'s `server_info` reports item counts but no bytes. Observations are random '
@@ -268,14 +217,15 @@ def render(results, failures, opts, seconds):
     out += ['### Ratios: each backend against the TF-Agents class it replaces', '',
             'Rate ratios (>1: ours faster). "theirs in tf.function": against TF-Agents\' '
             'dataset iterated K times inside a `tf.function` instead of eagerly. '
-            '"vs numpy": our sample rate over the numpy ring\'s.', '']
+            '`ReverbUniformReplay` has no row: it shares its writer and dataset with '
+            '`ReverbPrioritizedReplay` (only the table\'s selector differs), as TF-Agents\' '
+            'Uniform and Prioritized tables do, so the prioritized pair compares both.', '']
     rows = []
     for system, reference in REFERENCE.items():
         for kind in KINDS:
             ours, theirs = results.get((system, kind)), results.get((reference, kind))
-            numpy = results.get(('numpy', kind))
             if not ours or not theirs:
-                rows.append([LABELS[system], LABELS[reference], kind] + ['n/a'] * 6)
+                rows.append([LABELS[system], LABELS[reference], kind] + ['n/a'] * 5)
                 continue
             their_fn = list(theirs['sample'].values())[1:2] or [None]
             rows.append([
@@ -285,11 +235,10 @@ def render(results, failures, opts, seconds):
                 show_ratio(ratio(headline_sample(ours), headline_sample(theirs))),
                 show_ratio(ratio(headline_sample(ours), their_fn[0])),
                 show_ratio(ratio(headline_update(ours), headline_update(theirs)))
-                if ours['update'] else '',
-                show_ratio(ratio(headline_sample(ours), headline_sample(numpy)))])
+                if ours['update'] else ''])
     out += [timing.markdown_table(
         ['backend', 'vs', 'data', 'insert, 1 env', 'insert, 32 envs', 'sample',
-         'sample (theirs in tf.function)', 'priority updates', 'sample vs numpy'], rows), '']
+         'sample (theirs in tf.function)', 'priority updates'], rows), '']
 
     pairs = results.get('insert_pairs', {})
     if pairs:
@@ -313,23 +262,6 @@ def render(results, failures, opts, seconds):
     failed = [c[0] for c in checks if c[3] == 'FAIL']
     if failed:
         out += [f'**{len(failed)} acceptance check(s) FAILED** (see the table above).', '']
-
-    out += ['### Every read and update path', '']
-    rows = []
-    for system, label in SYSTEMS:
-        for kind in KINDS:
-            data = results.get((system, kind))
-            if not data:
-                continue
-            for path, value in data['sample'].items():
-                rows.append([label, kind, path, rate(value) + ' windows/s'])
-            for path, value in data['update'].items():
-                rows.append([label, kind, path, rate(value) + ' keys/s'])
-    out += [timing.markdown_table(['system', 'data', 'path', 'rate'], rows), '',
-            'Sampling our in-process backends without XLA separates what XLA adds from what '
-            'the backend does. Priority updates: ours as the train chunk calls them (K=32 '
-            'calls of 256 keys in one `tf.function`); TF-Agents\' `update_priorities` called '
-            'eagerly (its documented use, the headline) and K times in a `tf.function`.', '']
 
     out += ['### Notes', '',
             '- TF-Agents\' `ReverbReplayBuffer` names its `TFClient` with the fixed '
@@ -373,8 +305,7 @@ def acceptance(results):
           sample_ratio('uniform', 'image'), 1.0)
     for kind in KINDS:
         check(f'`uniform` insert, 32 envs, vs `TFUniformReplayBuffer.add_batch`, {kind}s '
-              '(median of pairs)',
-              insert_ratio('uniform', kind), 1.0)
+              '(median of pairs)', insert_ratio('uniform', kind), 1.0)
     check('`prioritized` sample vs TF-Agents Reverb prioritized `as_dataset`, vectors',
           sample_ratio('prioritized', 'vector'), 25)
     absolute = headline_sample(get('prioritized', 'vector'))
@@ -384,14 +315,12 @@ def acceptance(results):
     check('`prioritized` 256-key priority updates vs `ReverbReplayBuffer.update_priorities`',
           ratio(headline_update(ours), headline_update(theirs)) if ours and theirs else None,
           20)
-    for system in ('reverb_uniform', 'reverb_prioritized'):
-        for kind in KINDS:
-            check(f'`{system}` sample vs `ReverbReplayBuffer.as_dataset`, {kind}s',
-                  sample_ratio(system, kind), 2)
-        for kind in KINDS:
-            check(f'`{system}` insert, 32 envs, vs `ReverbAddTrajectoryObserver`, {kind}s '
-                  '(median of pairs)',
-                  insert_ratio(system, kind), 2)
+    for kind in KINDS:
+        check(f'`reverb_prioritized` sample vs `ReverbReplayBuffer.as_dataset`, {kind}s',
+              sample_ratio('reverb_prioritized', kind), 2)
+    for kind in KINDS:
+        check(f'`reverb_prioritized` insert, 32 envs, vs `ReverbAddTrajectoryObserver`, {kind}s '
+              '(median of pairs)', insert_ratio('reverb_prioritized', kind), 2)
     for kind in KINDS:
         check(f'`episodic` sample vs `EpisodicReplayBuffer.as_dataset`, {kind}s',
               sample_ratio('episodic', kind), 5)

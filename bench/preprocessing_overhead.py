@@ -3,18 +3,16 @@
 The stage's per-step work is a statistics update per collected batch (an
 observer of the compiled collect loop), the transform inside the collect
 policy, and the transform of every sampled batch inside the train chunk.
-Measured like every end-to-end rate here (bench/dqn_speed.py): each variant
-runs at two budgets and its rate is Δ env steps / Δ wall time; the variants
-alternate over several rounds so a slow minute of the machine hits both.
-Without the stage nothing is added to any graph (experiment/staged_agent.py
-returns the agent itself), so "off" is the application as it was.
+Each variant's rate comes from the two-budget method (bench/harness.py); the
+variants alternate over several rounds so a slow minute of the machine hits
+both. Without the stage nothing is added to any graph
+(experiment/staged_agent.py returns the agent itself), so "off" is the
+application as it was.
 """
 
-import shutil
 import statistics
-import tempfile
 
-from bench import dqn_speed, timing
+from bench import harness, timing
 
 CONFIG = 'configs/dqn_cartpole.gin'
 COMMON = ['run.best_policy_episodes=0', 'run.final_eval_episodes=0', 'run.final_video=False',
@@ -28,21 +26,14 @@ QUICK = {'budgets': (2_000, 6_000), 'rounds': 1}
 LIMIT = 0.05  # the issue's bar: <= 5% of env steps/s
 
 
-def _system(name, extra):
-    return dqn_speed.train_system(name, CONFIG, COMMON + extra, uses_xla=True)
-
-
 def section(opts):
     plan = QUICK if opts.quick else FULL
-    scratch = tempfile.mkdtemp(prefix='preprocessing-', dir=opts.scratch_dir)
+    systems = [harness.train_system(name, CONFIG, COMMON + extra, uses_xla=True)
+               for name, extra in VARIANTS]
     rates = {name: [] for name, _ in VARIANTS}
-    try:
-        for _ in range(plan['rounds']):
-            for name, extra in VARIANTS:
-                rate, _ = dqn_speed.measure(_system(name, extra), plan['budgets'], opts, scratch)
-                rates[name].append(rate.rate)
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
+    for _ in range(plan['rounds']):
+        for item in harness.measure(systems, plan['budgets'], opts, 'preprocessing-'):
+            rates[item.system.name].append(item.rate.rate)
     return render(rates, plan, opts)
 
 

@@ -4,9 +4,7 @@ Same work per env step on both sides: 1 gradient step per env step, batch
 256, 256x256 actor and critics, Adam 3e-4 everywhere, tau 0.005 every step,
 gamma 0.99, reward scale 1, target entropy -dim(A)/2 (TF-Agents' default),
 1,000 initial random steps, replay capacity 100,000, no evaluation inside the
-timed difference. The method is dqn_speed's (two budgets per system, rate =
-delta env steps / delta wall time, one core); so are the run plumbing and the
-exit-latency check, which are reused from there.
+timed difference; measured like DQN (bench/harness.py, bench/dqn_speed.py).
 
 The PyTorch peer (bench/pytorch_sac_peer.py, same settings) needs torch,
 which requirements.lock does not carry: with `--torch_python` (or
@@ -17,16 +15,12 @@ the issue's quoted reference (~100 env steps/s) stands in.
 
 import math
 import re
-import shutil
-import subprocess
-import tempfile
 import time
 
-from bench import dqn_speed, timing
-from bench.dqn_speed import System
+from bench import dqn_speed, harness, timing
 
 TFA_MODULE = 'tf_agents.agents.sac.examples.v2.train_eval'
-TFA_INITIAL_COLLECT = 1000
+TFA_INITIAL_COLLECT = dqn_speed.TFA_INITIAL_COLLECT  # as parse_tfa counts env steps
 TFA_LOG_INTERVAL = 1000  # its default; budgets are multiples so the last log is the last step
 OURS_CONFIG = 'configs/sac_pendulum.gin'
 OURS_BINDINGS = [
@@ -93,35 +87,18 @@ def tfa_command(iterations, root_dir):
         f'--gin_param={binding}' for binding in bindings]
 
 
-def parse_tfa(result, iterations):
-    """(env steps, gradient steps) of an example run; its global step counts gradient steps."""
-    dqn_speed.parse_tfa(result, iterations)  # same log format: checks the last step
-    return TFA_INITIAL_COLLECT + iterations, iterations
-
-
-def ours_command(env_steps, root_dir):
-    cmd = [timing.python(), 'train.py', f'--gin_file={OURS_CONFIG}', f'--root_dir={root_dir}',
-           '--print_metrics', f'--gin_bindings=run.num_env_steps={env_steps}']
-    return cmd + [f'--gin_bindings={binding}' for binding in OURS_BINDINGS]
-
-
 def systems():
-    return [
-        System('TF-Agents example (sac/examples/v2/train_eval.py)', 'tfa', tfa_command,
-               cwd=None, parse=parse_tfa, last_line=r'steps/sec',
-               last_line_text='its last log line (`N steps/sec` at the last step)',
-               is_reference=True),
-        System('ours, train.py (XLA off, as configs/base/sac.gin)', 'ours', ours_command,
-               cwd=timing.REPO_ROOT, parse=dqn_speed.parse_ours(False),
-               last_line=r'^final metrics: ',
-               last_line_text='`final metrics:` (printed when `run()` returns)',
-               exit_limit_s=dqn_speed.EXIT_LIMIT_S),
-    ]
+    return [dqn_speed.tfa_system('TF-Agents example (sac/examples/v2/train_eval.py)',
+                                 tfa_command),
+            harness.train_system('ours, train.py (XLA off, as configs/base/sac.gin)',
+                                 OURS_CONFIG, OURS_BINDINGS, uses_xla=False,
+                                 exit_limit_s=dqn_speed.EXIT_LIMIT_S)]
 
 
 PEER_SCRIPT = 'bench/pytorch_sac_peer.py'
 PEER_STEPS = {'full': (8_000, 3_000), 'quick': (2_500, 1_500)}  # (steps, timing starts at)
 PEER_TIMEOUT_S = 900
+PEER_RATE = r'(\d+) env steps .* in ([\d.]+) s = ([\d.]+) env steps/s'
 
 
 def measure_peer(opts):
@@ -135,18 +112,12 @@ def measure_peer(opts):
     steps, mark = PEER_STEPS['quick' if opts.quick else 'full']
     cmd = timing.pin_prefix(opts.cpus) + [opts.torch_python, PEER_SCRIPT, f'--steps={steps}',
                                           f'--mark={mark}']
-    print(f'  [{time.strftime("%H:%M:%S")}] PyTorch peer: {timing.shorten(cmd)}', flush=True)
-    try:
-        done = subprocess.run(cmd, cwd=timing.REPO_ROOT, capture_output=True, text=True,
-                              timeout=PEER_TIMEOUT_S, stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as error:
-        raise timing.BenchError(f'the PyTorch peer did not run ({error}): check '
-                                f'--torch_python={opts.torch_python}.') from None
-    found = re.search(r'(\d+) env steps .* in ([\d.]+) s = ([\d.]+) env steps/s', done.stdout)
-    if done.returncode != 0 or not found:
-        tail = (done.stderr or done.stdout).strip().splitlines()[-1:] or ['no output']
-        raise timing.BenchError(f'the PyTorch peer failed (exit {done.returncode}): {tail[0]}')
-    print(f'  [{time.strftime("%H:%M:%S")}] {done.stdout.strip()}', flush=True)
+    run = timing.timed_run('PyTorch peer', cmd, log_dir=opts.log_dir, timeout_s=PEER_TIMEOUT_S)
+    line = run.last_match(PEER_RATE)
+    if not line:
+        raise timing.BenchError(f'the PyTorch peer printed no rate (log: {run.log_path})')
+    print(f'  [{time.strftime("%H:%M:%S")}] {line[1]}', flush=True)
+    found = re.search(PEER_RATE, line[1])
     return {'steps': int(found.group(1)), 'seconds': float(found.group(2)),
             'rate': float(found.group(3)), 'command': cmd}
 
@@ -154,19 +125,13 @@ def measure_peer(opts):
 def section(opts):
     """Runs the comparison; returns its markdown."""
     budgets = QUICK_BUDGETS if opts.quick else FULL_BUDGETS
-    scratch = tempfile.mkdtemp(prefix='sac-speed-', dir=opts.scratch_dir)
-    try:
-        measured = [(system, *dqn_speed.measure(system, budgets[system.key], opts, scratch))
-                    for system in systems()]
-    finally:
-        shutil.rmtree(scratch, ignore_errors=True)
-    peer = measure_peer(opts)
-    return render(measured, budgets, opts, peer)
+    measured = harness.measure(systems(), budgets, opts, 'sac-speed-')
+    return render(measured, opts, measure_peer(opts))
 
 
-def render(measured, budgets, opts, peer=None):
-    example = next(rate.rate for system, rate, _ in measured if system.is_reference)
-    ours = next(rate.rate for system, rate, _ in measured if not system.is_reference)
+def render(measured, opts, peer=None):
+    example = next(item.rate for item in measured if item.system.is_reference)
+    ours = next(item.rate.rate for item in measured if not item.system.is_reference)
     pytorch = peer['rate'] if peer else PYTORCH_REFERENCE
     pytorch_label = (f'ratio vs PyTorch peer (measured, {pytorch:,.0f}/s)' if peer
                      else f'ratio vs PyTorch reference ({PYTORCH_REFERENCE}/s, quoted)')
@@ -176,19 +141,18 @@ def render(measured, budgets, opts, peer=None):
            f'sides, no evaluation in the timed difference. Every run '
            f'{timing.describe_pinning(opts.cpus)}; same two-budget method as the DQN section '
            '(**env steps/s = Δ env steps / Δ wall time** of the whole process).', '']
-    example_cpu = next(rate.rate_per_cpu_s for system, rate, _ in measured if system.is_reference)
     rows = []
-    for system, rate, _ in measured:
-        per_cpu = rate.rate_per_cpu_s
-        rows.append([system.name, f'{rate.delta_steps:,}', f'{rate.delta_s:.1f}',
-                     _number(rate.rate), _ratio(rate.rate, example),
+    for item in measured:
+        rate, per_cpu = item.rate, item.rate.rate_per_cpu_s
+        rows.append([item.system.name, f'{rate.delta_steps:,}', f'{rate.delta_s:.1f}',
+                     _number(rate.rate), _ratio(rate.rate, example.rate),
                      _ratio(rate.rate, pytorch),
-                     'n/a' if not per_cpu or not example_cpu
-                     else f'{per_cpu:,.0f} ({per_cpu / example_cpu:.2f}x)'])
+                     'n/a' if not per_cpu or not example.rate_per_cpu_s
+                     else f'{per_cpu:,.0f} ({per_cpu / example.rate_per_cpu_s:.2f}x)'])
     if peer:
         rows.append([f'PyTorch SAC peer ({PEER_SCRIPT}, torch, 1 thread)', f'{peer["steps"]:,}',
                      f'{peer["seconds"]:.1f}', _number(peer['rate']),
-                     _ratio(peer['rate'], example), '1.00x', 'n/a'])
+                     _ratio(peer['rate'], example.rate), '1.00x', 'n/a'])
     for name, reference in REFERENCES:
         rows.append([f'_{name}_', '', '', f'~{reference}', '', '', ''])
     out += [timing.markdown_table(
@@ -203,12 +167,20 @@ def render(measured, budgets, opts, peer=None):
                 f'{peer["command"][-1].split("=")[1]} to its last step, after its random '
                 'warm-up: in-process timing, where ours and the example are timed by the '
                 'two-budget method; both leave start-up out.', '']
-    out += _verdicts(example, ours, pytorch, measured_peer=bool(peer))
-    out += _exit_latency(measured)
-    out += _runs_and_commands(measured, budgets, opts, peer)
+    out += _verdicts(example.rate, ours, pytorch, measured_peer=bool(peer))
+    exits, exits_passed = harness.exit_latency_table(measured, dqn_speed.EXIT_LIMIT_S)
+    out += ['### Process exit latency', '', exits, '']
+    if not exits_passed:
+        out += ['**Exit latency requirement FAILED.**', '']
+    out += ['### Runs', '', harness.runs_table(measured), '',
+            'Budgets are `num_iterations` for the example (1 env step + 1 gradient step each, '
+            f'after {TFA_INITIAL_COLLECT:,} random steps) and `run.num_env_steps` for ours '
+            '(initial random steps included).', '']
+    peer_lines = ['# PyTorch SAC peer (its own venv: pip install torch numpy<2 gymnasium)',
+                  timing.shorten(peer['command'])] if peer else []
+    out += harness.commands_block(measured, opts, peer_lines)
     if opts.quick:
-        out += ['**Quick mode: budgets shrunk to test the harness; these numbers are noisy and '
-                'not a benchmark.**', '']
+        out += [harness.QUICK_NOTE, '']
     return '\n'.join(out)
 
 
@@ -241,45 +213,3 @@ def _verdicts(example, ours, pytorch, measured_peer):
         peer_line,
         '- The quoted references were measured on another machine: compare the example '
         'measured here with its reference (~80/s).', '']
-
-
-def _exit_latency(measured):
-    rows, failed = [], False
-    for system, rate, _ in measured:
-        delays = [run.exit_delay_after(system.last_line) for run in (rate.small, rate.large)]
-        verdict = ''
-        if system.exit_limit_s is not None:
-            ok = all(d is not None and d <= system.exit_limit_s for d in delays)
-            verdict, failed = ('PASS' if ok else 'FAIL'), failed or not ok
-        rows.append([system.name, system.last_line_text,
-                     ', '.join('n/a' if d is None else f'{d:.1f}' for d in delays), verdict])
-    out = ['### Process exit latency', '', timing.markdown_table(
-        ['system', 'measured from', 'seconds to exit (N1, N2 run)',
-         f'≤ {dqn_speed.EXIT_LIMIT_S:.0f} s'], rows, aligns='lllc'), '']
-    if failed:
-        out += ['**Exit latency requirement FAILED.**', '']
-    return out
-
-
-def _runs_and_commands(measured, budgets, opts, peer):
-    rows = []
-    for system, rate, grads in measured:
-        for run, steps, grad, budget in zip((rate.small, rate.large),
-                                            (rate.small_steps, rate.large_steps), grads,
-                                            budgets[system.key]):
-            rows.append([system.name, f'{budget:,}', f'{steps:,}', f'{grad:,}',
-                         f'{run.wall_s:.1f}'])
-    out = ['### Runs', '', timing.markdown_table(
-        ['system', 'budget', 'env steps', 'gradient steps', 'wall s'], rows), '',
-        'Budgets are `num_iterations` for the example (1 env step + 1 gradient step each, after '
-        f'{TFA_INITIAL_COLLECT:,} random steps) and `run.num_env_steps` for ours (initial random '
-        'steps included).', '', '### Commands', '',
-        'N2 runs shown; `ROOT` is a fresh temporary directory per run.', '', '```']
-    for system, _, _ in measured:
-        cmd = timing.pin_prefix(opts.cpus) + system.build(budgets[system.key][1], 'ROOT')
-        out.append(f"# {system.name}{'' if system.cwd else ' (any directory)'}")
-        out.append(timing.shorten(cmd))
-    if peer:
-        out.append('# PyTorch SAC peer (its own venv: pip install torch numpy<2 gymnasium)')
-        out.append(timing.shorten(peer['command']))
-    return out + ['```', '']

@@ -67,8 +67,9 @@ def main():
     marks = Marks(opts.warmup, opts.warmup + opts.steps)
     model.learn(total_timesteps=opts.warmup + opts.steps + 1, callback=marks)
     seconds = marks.times[marks.stop] - marks.times[marks.start]
-    print(json.dumps({'rate': opts.steps / seconds, 'steps': opts.steps, 'seconds': seconds,
-                      'torch': torch.__version__}))
+    result = {'rate': opts.steps / seconds, 'steps': opts.steps, 'seconds': seconds,
+              'torch': torch.__version__}
+    print('RESULT ' + json.dumps(result))  # the line bench/atari_speed.py reads
 
 
 if __name__ == '__main__':

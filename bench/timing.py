@@ -1,24 +1,33 @@
-"""Shared benchmark plumbing: timed subprocesses, the two-budget rate, tables.
+"""Benchmark plumbing every section shares: timed subprocesses, options, tables, documents.
 
 Every measured run is a separate process, timed from `Popen` to the moment
 `wait` returns, with each line of its stdout and stderr time-stamped as it
 arrives, so the same run also gives the delay between a chosen last line
 and the process exit. Its CPU time (user + system) is kept too: on a busy
-machine wall time stretches with the other jobs, CPU time much less.
+machine wall time stretches with the other jobs, CPU time much less. A fresh
+process per measurement also means no buffer, server or thread of one system
+outlives it into the next one's numbers.
 """
 
+import argparse
 import dataclasses
+import json
 import os
 import re
 import resource
 import shlex
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
+from core.rundir import atomic_write_text
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUN_TIMEOUT_S = 1800  # one run longer than this is a hang, not a measurement
+RESULT = 'RESULT '  # the stdout line a measuring child reports its JSON result on
 
 
 class BenchError(RuntimeError):
@@ -58,60 +67,73 @@ def pin_prefix(cpus):
     return [] if cpus == 'all' else ['taskset', '-c', cpus]
 
 
+def cpu_set(cpus):
+    """The CPUs of a `taskset -c` list such as '0' or '0-1,3'."""
+    found = set()
+    for part in cpus.split(','):
+        low, _, high = part.partition('-')
+        found.update(range(int(low), int(high or low) + 1))
+    return found
+
+
 def describe_pinning(cpus):
     if cpus == 'all':
         return f'not pinned (all {os.cpu_count()} CPUs of this machine)'
-    count = _cpu_list_size(cpus)
+    count = len(cpu_set(cpus))
     cores = 'ONE core' if count == 1 else f'{count} cores'
     return f'pinned to {cores} with `taskset -c {cpus}` (reference numbers are per core)'
 
 
-def _cpu_list_size(cpus):
-    total = 0
-    for part in cpus.split(','):
-        low, _, high = part.partition('-')
-        total += int(high or low) - int(low) + 1
-    return total
+def timed_run(label, cmd, *, log_dir, cwd=REPO_ROOT, env=None, echo=True, progress=False,
+              timeout_s=RUN_TIMEOUT_S):
+    """Runs `cmd` to completion; returns a RunResult (raises BenchError if it fails).
 
-
-def timed_run(label, cmd, *, cwd, log_dir, env=None, echo=True):
-    """Runs `cmd` to completion; returns a RunResult (raises BenchError if it fails)."""
+    `progress`: echo the child's own progress lines (`  [hh:mm:ss] ...`) to stderr as they
+    come; everything else it prints (TF and Reverb log plenty) is only in the log file.
+    """
     run_env = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
     log_path = os.path.join(log_dir, re.sub(r'[^A-Za-z0-9_.-]+', '_', label) + '.log')
     if echo:
-        print(f'  [{time.strftime("%H:%M:%S")}] {label}: {shlex.join(cmd)}', flush=True)
+        print(f'  [{time.strftime("%H:%M:%S")}] {label}: {shorten(cmd)}', flush=True)
     lines = []
     lock = threading.Lock()
     cpu_before = _children_cpu_s()
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=run_env, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            errors='replace', bufsize=1)
+    try:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=run_env, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                errors='replace', bufsize=1)
+    except OSError as error:
+        raise BenchError(f'{label}: could not start {cmd[0]} ({error})') from None
 
     def read(stream, name):
         for text in stream:
             stamp = time.perf_counter() - start
             with lock:
                 lines.append((stamp, name, text.rstrip('\n')))
+            if progress and text.startswith('  ['):
+                print(text, end='', file=sys.stderr, flush=True)
 
     readers = [threading.Thread(target=read, args=(proc.stdout, 'out'), daemon=True),
                threading.Thread(target=read, args=(proc.stderr, 'err'), daemon=True)]
     for reader in readers:
         reader.start()
     try:
-        returncode = proc.wait(timeout=RUN_TIMEOUT_S)
-        wall_s = time.perf_counter() - start
-        cpu_s = _children_cpu_s() - cpu_before  # runs are one at a time: this child only
-    except BaseException:  # timeout or Ctrl-C: never leave the child running
+        returncode = proc.wait(timeout=timeout_s)
+    except BaseException as error:  # a hang or Ctrl-C: never leave the child running
         _stop(proc)
+        if isinstance(error, subprocess.TimeoutExpired):
+            raise BenchError(f'{label} did not finish in {timeout_s} s; last lines:\n'
+                             + '\n'.join(text for _, _, text in lines[-25:])) from None
         raise
+    wall_s = time.perf_counter() - start
+    cpu_s = _children_cpu_s() - cpu_before  # runs are one at a time: this child only
     for reader in readers:
         reader.join(timeout=10)  # a grandchild holding the pipes must not hang us
     lines.sort(key=lambda line: line[0])
     with open(log_path, 'w') as log:
         log.write(f'$ {shlex.join(cmd)}\n')
-        for stamp, name, text in lines:
-            log.write(f'{stamp:9.3f} {name} {text}\n')
+        log.writelines(f'{stamp:9.3f} {name} {text}\n' for stamp, name, text in lines)
         log.write(f'{wall_s:9.3f} exit {returncode}\n')
     result = RunResult(label, list(cmd), wall_s, returncode, lines, log_path, cpu_s)
     if returncode != 0:
@@ -138,46 +160,27 @@ def _stop(proc):
             proc.wait()
 
 
-@dataclasses.dataclass
-class TwoBudgetRate:
-    """env steps/s from two runs that differ only in their step budget."""
-    small: RunResult
-    large: RunResult
-    small_steps: int
-    large_steps: int
-    last_line: str = None  # regex of each run's last line, for the rate that excludes exit
+def call_command(function, *args):
+    """A command running `function(*args)` (dotted name, JSON-able args) in a fresh interpreter.
 
-    @property
-    def delta_s_to_last_line(self):
-        """Like delta_s, but each run timed to its last `last_line` line, not to its exit."""
-        ends = [run.last_match(self.last_line) if self.last_line else None
-                for run in (self.small, self.large)]
-        return None if None in ends else ends[1][0] - ends[0][0]
+    It prints the JSON of the return value on a RESULT line, then leaves without interpreter
+    finalization: tf.data iterators and Reverb clients can block that for seconds (see the DQN
+    section's notes), and the measurement is done.
+    """
+    module, name = function.rsplit('.', 1)
+    code = (f'import json, os, sys; from {module} import {name}; '
+            f'print({RESULT!r} + json.dumps({name}(*json.loads(sys.argv[1]))), flush=True); '
+            'sys.stderr.flush(); os._exit(0)')
+    return [python(), '-c', code, json.dumps(args)]
 
-    @property
-    def rate_to_last_line(self):
-        delta = self.delta_s_to_last_line
-        return None if not delta or delta <= 0 else self.delta_steps / delta
 
-    @property
-    def delta_steps(self):
-        return self.large_steps - self.small_steps
-
-    @property
-    def delta_s(self):
-        return self.large.wall_s - self.small.wall_s
-
-    @property
-    def rate(self):
-        return self.delta_steps / self.delta_s if self.delta_s > 0 else float('nan')
-
-    @property
-    def rate_per_cpu_s(self):
-        """Like rate, over CPU time: less sensitive to other jobs sharing the core."""
-        if self.small.cpu_s is None or self.large.cpu_s is None:
-            return None
-        delta = self.large.cpu_s - self.small.cpu_s
-        return self.delta_steps / delta if delta > 0 else None
+def child_result(label, cmd, log_dir, **kwargs):
+    """Runs a measuring child (timed_run's keywords) and returns its RESULT line's JSON."""
+    result = timed_run(label, cmd, log_dir=log_dir, **kwargs)
+    found = result.last_match('^' + RESULT)
+    if found is None:
+        raise BenchError(f'{label}: no {RESULT.strip()} line (log: {result.log_path})')
+    return json.loads(found[1][len(RESULT):])
 
 
 def markdown_table(headers, rows, aligns=None):
@@ -215,3 +218,79 @@ def shorten(cmd):
     text = shlex.join(cmd)
     return text.replace(python(), os.path.relpath(python(), REPO_ROOT)) \
                .replace(REPO_ROOT + os.sep, '')
+
+
+# -- Options and documents: one set for `make bench` and every standalone section -----------
+
+
+def options_parser(description, output_help='Markdown file to write.'):
+    """The options every section reads; bench/run_all.py adds --only."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument('--quick', action='store_true',
+                        help='Shrink budgets to test the harness (numbers are not a benchmark).')
+    parser.add_argument('--cpus', default='0',
+                        help="CPU list for `taskset -c` (default 0: one core), or 'all'.")
+    parser.add_argument('--output', default=None, help=output_help)
+    parser.add_argument('--torch_python', default=os.environ.get('TORCH_PYTHON'),
+                        help='A Python with torch and gymnasium (e.g. a venv of its own; '
+                             'default $TORCH_PYTHON): the SAC section then measures the '
+                             'PyTorch peer (bench/pytorch_sac_peer.py) instead of quoting it.')
+    parser.add_argument('--sb3_python', default=os.environ.get('SB3_PYTHON'),
+                        help='A Python with stable-baselines3, torch and ale-py (default '
+                             '$SB3_PYTHON): the Atari section then measures SB3\'s DQN '
+                             '(bench/sb3_atari_peer.py).')
+    parser.add_argument('--log_dir', default=None,
+                        help='Keep every run\'s time-stamped log here (default: a temp dir, '
+                             'deleted unless a run fails).')
+    return parser
+
+
+def parse_options(parser, argv):
+    opts = parser.parse_args(argv)
+    if opts.cpus != 'all':
+        try:
+            wanted = cpu_set(opts.cpus)
+        except ValueError:
+            parser.error(f"--cpus={opts.cpus!r}: give a list like 0 or 0-1, or 'all'.")
+        if not wanted <= os.sched_getaffinity(0):
+            parser.error(f'--cpus={opts.cpus}: this process may only use CPUs '
+                         f'{sorted(os.sched_getaffinity(0))}.')
+    opts.keep_logs = opts.log_dir is not None
+    opts.log_dir = opts.log_dir or tempfile.mkdtemp(prefix='bench-logs-')
+    os.makedirs(opts.log_dir, exist_ok=True)
+    opts.scratch_dir = None  # sections make their own temp dirs under the default tmp
+    return opts
+
+
+def close_logs(opts, failed):
+    """Removes a temporary log dir, unless a run failed: then its logs are the evidence."""
+    if failed:
+        print(f'Run logs kept in {opts.log_dir}', file=sys.stderr, flush=True)
+    elif not opts.keep_logs:
+        shutil.rmtree(opts.log_dir, ignore_errors=True)
+
+
+def write_doc(path, text):
+    """Writes `path` whole or not at all (temp file, then rename)."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    atomic_write_text(path, text)
+
+
+def standalone_main(section, description, argv=None, add_arguments=None):
+    """`python -m bench.<section>`: runs one section, prints it, writes it to --output.
+
+    `add_arguments(parser)` adds the section's own options.
+    """
+    parser = options_parser(description.strip().splitlines()[0])
+    if add_arguments:
+        add_arguments(parser)
+    opts = parse_options(parser, sys.argv[1:] if argv is None else argv)
+    try:
+        text = section(opts)
+    except BenchError as error:
+        close_logs(opts, failed=True)
+        sys.exit(f'error: {error}')
+    close_logs(opts, failed=False)
+    print(text)
+    if opts.output:
+        write_doc(opts.output, text)

@@ -281,8 +281,10 @@ class FrameStackedReplay(tf.Module):
         return self.stacked(window), info
 
     def as_dataset(self, batch_size, num_steps):
+        # Stacked (and decoded) on tf.data's threads, ahead of use.
         return self.inner.as_dataset(batch_size, num_steps + self.num_frames - 1).map(
-            lambda window, info: (self.stacked(window), info))
+            lambda window, info: (self.stacked(window), info),
+            num_parallel_calls=tf.data.AUTOTUNE)
 
     def update_priorities(self, keys, priorities):
         self.inner.update_priorities(keys, priorities)

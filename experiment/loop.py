@@ -19,7 +19,7 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory as trajectory_lib
 
 from agents import frame_stack
-from buffers.base import importance_weights
+from buffers.base import SampleInfo, importance_weights
 from core.errors import UserError
 
 # The diagnostics key of the chunk's "every value finite" flag (not a summary).
@@ -166,33 +166,36 @@ class Training:
         self._feeds_priorities = backend.capabilities.priorities
         self.compiled_train = tf.function(self.train_chunk, jit_compile=self.uses_xla)
         self.train = agent_numerics_checked(self.compiled_train)
+        # Stacked chunks hold no sampling op, so XLA depends on the agent alone.
+        self._compiled_stacked = tf.function(self._stacked_chunk, jit_compile=bool(use_xla))
+        self.train_stacked = agent_numerics_checked(self._train_stacked)
 
-    def train_chunk(self, batches=None):
-        """Takes `train_steps` gradient steps; returns the mean loss and diagnostics.
-
-        Batches come from `backend.sample`, or, with `batches`, from an iterator over
-        `backend.as_dataset(...)` (a remote learner): passed as an argument, a fresh
-        iterator after a timeout or an outage needs no new trace.
+    def train_chunk(self):
+        """Takes `train_steps` gradient steps on `backend.sample` batches; returns diagnostics.
 
         The diagnostics (mean loss, the agent's batch diagnostics, the global weight
         norm) are what the trainer checks for non-finite values after every chunk.
         """
         total_loss = tf.constant(0.0)
-        if self._sample_ahead and batches is None:
-            experience, info = self._next_batch(batches)
+        if self._sample_ahead:
+            experience, info = self._next_batch()
             for _ in tf.range(self._train_steps - 1):
-                next_experience, next_info = self._next_batch(batches)
+                next_experience, next_info = self._next_batch()
                 total_loss += self._step(experience, info)
                 experience, info = next_experience, next_info
         else:
             for _ in tf.range(self._train_steps - 1):
-                experience, info = self._next_batch(batches)
+                experience, info = self._next_batch()
                 total_loss += self._step(experience, info)
-            experience, info = self._next_batch(batches)
+            experience, info = self._next_batch()
         # The last step stays outside the loop so its batch can feed diagnostics.
         loss = self._step(experience, info)
+        return self._diagnostics(experience, total_loss + loss)
+
+    def _diagnostics(self, experience, total_loss):
+        """The chunk's mean loss, the last batch's diagnostics, the weight norm, a finite flag."""
         diagnostics = dict(self._agent.batch_diagnostics(experience))
-        diagnostics['loss'] = (total_loss + loss) / float(self._train_steps)
+        diagnostics['loss'] = total_loss / float(self._train_steps)
         # One cheap number that is non-finite as soon as any weight is (divergence check).
         # Floating-point variables only: the agent's int64 step counter is a tf.Variable
         # with TF's default trainable=True, and counted here it made the "norm" grow with
@@ -206,22 +209,76 @@ class Training:
              for value in diagnostics.values()])
         return diagnostics
 
-    def _next_batch(self, batches):
-        if batches is None:
-            return self._backend.sample(self._batch_size, self._num_steps)
-        return batches.get_next()
+    def _next_batch(self):
+        return self._backend.sample(self._batch_size, self._num_steps)
 
     def _step(self, experience, info):
         """One gradient step; prioritized backends get the agent's priorities back."""
-        weights = importance_weights(info.probabilities, self._importance_beta())
-        # Batched auto-resetting envs store LAST -> FIRST boundary steps; a window starting
-        # on one is no transition at all. DQN masks them itself, SAC does not: zero them here.
-        weights *= tf.cast(experience.step_type[:, 0] != ts.StepType.LAST, weights.dtype)
-        loss_info = self._agent.train(experience, weights=weights)
+        loss_info = self._learn(experience, info)
         if self._feeds_priorities:
             self._backend.update_priorities(info.keys,
                                             self._agent.sample_priorities(loss_info))
         return loss_info.loss
+
+    def _learn(self, experience, info):
+        """One gradient step on one batch, importance-weighted; returns the `LossInfo`."""
+        weights = importance_weights(info.probabilities, self._importance_beta())
+        # Batched auto-resetting envs store LAST -> FIRST boundary steps; a window starting
+        # on one is no transition at all. DQN masks them itself, SAC does not: zero them here.
+        weights *= tf.cast(experience.step_type[:, 0] != ts.StepType.LAST, weights.dtype)
+        return self._agent.train(experience, weights=weights)
+
+    def stacked_dataset(self, dataset):
+        """`dataset` of `(window, SampleInfo)` batches -> chunks of `train_steps` stacked.
+
+        For `train_stacked`: a remote learner's batches arrive whole, so the chunk
+        needs no sampling op inside and compiles with XLA; Reverb's sampling and the
+        decoding run on tf.data's threads while the previous chunk trains.
+        """
+        return dataset.batch(self._train_steps, drop_remainder=True).prefetch(2)
+
+    def trace_stacked(self, element_spec):
+        """Traces `train_stacked`'s compiled chunk for `stacked_dataset`'s elements."""
+        windows, info = element_spec
+        self._compiled_stacked.get_concrete_function(windows, info.probabilities)
+
+    def _train_stacked(self, stacked):
+        """Trains on one stacked chunk; a prioritized backend gets its priorities after it.
+
+        The priorities of the whole chunk go back in one call when it ends: the batches
+        were drawn before it started anyway (sampling runs ahead of training).
+        """
+        windows, info = stacked
+        diagnostics, priorities = self._compiled_stacked(windows, info.probabilities)
+        if self._feeds_priorities:
+            self._backend.update_priorities(info.keys, priorities)
+        return diagnostics
+
+    def _stacked_chunk(self, windows, probabilities):
+        """`train_steps` gradient steps on `[train_steps, B, ...]` windows; XLA-compilable."""
+        def batch(i):
+            return (tf.nest.map_structure(lambda x: x[i], windows),
+                    SampleInfo(keys=None, probabilities=probabilities[i]))
+
+        priorities = tf.TensorArray(tf.float32, size=self._train_steps)
+        total_loss = tf.constant(0.0)
+        for i in tf.range(self._train_steps - 1):
+            loss_info = self._learn(*batch(i))
+            total_loss += loss_info.loss
+            if self._feeds_priorities:
+                priorities = priorities.write(i, self._priorities(loss_info))
+        experience, info = batch(self._train_steps - 1)
+        loss_info = self._learn(experience, info)
+        if self._feeds_priorities:
+            priorities = priorities.write(self._train_steps - 1, self._priorities(loss_info))
+            stacked_priorities = priorities.stack()
+        else:
+            stacked_priorities = tf.zeros([0])
+        diagnostics = self._diagnostics(experience, total_loss + loss_info.loss)
+        return diagnostics, stacked_priorities
+
+    def _priorities(self, loss_info):
+        return tf.cast(self._agent.sample_priorities(loss_info), tf.float32)
 
 
 class FusedLoop:

@@ -43,6 +43,7 @@ class Cluster:
         self.env = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
         self.procs = {}
         self.restarts = {}
+        self.exited_at = {}  # {name: time.time()} when the launcher first saw it exit
         self.log_dir = os.path.join(root_dir, 'logs')
         os.makedirs(self.log_dir, exist_ok=True)
 
@@ -78,6 +79,7 @@ class Cluster:
                                     stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[name] = (proc, role, collector_id)
+        self.exited_at.pop(name, None)
         return name
 
     def restart(self, name):
@@ -88,7 +90,10 @@ class Cluster:
         return name in self.procs and self.procs[name][0].poll() is None
 
     def returncode(self, name):
-        return self.procs[name][0].poll()
+        code = self.procs[name][0].poll()
+        if code is not None:
+            self.exited_at.setdefault(name, time.time())
+        return code
 
     def kill(self, name, signum=signal.SIGKILL):
         proc = self.procs[name][0]
@@ -110,6 +115,7 @@ class Cluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=30)
+            self.returncode(name)  # notes when it exited
 
     def stop_all(self, grace_s=60.0):
         """Workers first (the learner checkpoints), the replay server last (it checkpoints)."""
@@ -184,6 +190,7 @@ def run_cluster(cluster, *, collectors, eval_role=True, settings, params, verbos
         'restarts': dict(cluster.restarts),
         'wall_time_s': time.monotonic() - start,
         'exit_codes': {name: cluster.returncode(name) for name in cluster.procs},
+        'exited_at': dict(cluster.exited_at),
     }
     return metrics
 

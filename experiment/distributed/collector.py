@@ -20,7 +20,7 @@ import time
 import tensorflow as tf
 from tf_agents.metrics import tf_metrics
 
-from core import seeds, tags
+from core import rundir, seeds, tags
 from envs.suite import make_env
 from experiment.distributed import common, tables
 from experiment.distributed.waiting import TRANSIENT, Stopped, Watchdog, one_line, retry
@@ -128,9 +128,11 @@ def main(root_dir, *, address, collector_id=0, seed=0, force=False, verbose=True
     watchdog = Watchdog(role, exit_when_stopped_after_s=2 * settings.timeout_s)
     role.install_signal_handlers()
     start = time.monotonic()
+    finished_at = None
     try:
         collector.connect()
         _loop(collector, role, settings, params, summaries, watchdog)
+        finished_at = time.time()
     except Stopped:
         pass
     finally:
@@ -146,7 +148,9 @@ def main(root_dir, *, address, collector_id=0, seed=0, force=False, verbose=True
         role.restore_signal_handlers()
         summaries.close()
     result = {'env_steps': collector.env_steps, 'policy_train_step': collector.policy_step,
-              'env_steps_per_sec': collector.env_steps / max(time.monotonic() - start, 1e-9)}
+              'env_steps_per_sec': collector.env_steps / max(time.monotonic() - start, 1e-9),
+              'finished_at': finished_at}
+    rundir.write_metrics(directory, result)
     if verbose:
         role.log(f"stopped after {collector.env_steps:,} env steps")
     return result

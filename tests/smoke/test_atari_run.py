@@ -120,7 +120,7 @@ def test_the_atari100k_protocol_trains_a_dueling_network(tmp_path):
 
 
 def test_the_atari100k_table_reads_the_run(pixel_run, tmp_path):
-    from bench import atari100k_results
+    from reports import atari100k_results
 
     root_dir, _ = pixel_run
     runs = tmp_path / 'runs'

@@ -107,8 +107,8 @@ def test_snapshots_export_the_collect_policy_that_samples(sac_run):
 
 def test_offline_comparison_plays_behaviour_sac_and_cql_on_the_same_episodes(medium_dataset,
                                                                               workdir):
-    """bench/offline_hopper.py's table, on a tiny Pendulum 'medium' dataset."""
-    from bench import offline_hopper
+    """reports/offline_hopper.py's table, on a tiny Pendulum 'medium' dataset."""
+    from reports import offline_hopper
     path, metadata = medium_dataset
     runs = workdir / 'compare'
     data = f'--gin_bindings=train_offline.dataset_dir="{path}"'

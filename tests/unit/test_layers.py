@@ -4,8 +4,9 @@ Layers, bottom up: `core` (basics; imports nothing of ours) < the components
 `envs`, `agents`, `buffers`, `rlds_io`, `preprocessing` (each imports only `core` and itself) <
 `experiment` < `app` (command-line code: flags, Gin loading, the launcher) < `sweeps` <
 the entry points (train.py, sweep.py, evaluate.py, make_dataset.py, the distributed
-launcher) and the benchmarks, which nothing imports. Every import counts, including the
-ones inside functions.
+launcher), the benchmarks (`bench`) and the results documents made from runs (`reports`),
+which nothing imports (only tests). Every import counts, including the ones inside
+functions.
 
 Inside `experiment/` the modules are layered too (`EXPERIMENT_LAYERS`): the parts, then
 evaluation and summaries, the trainer, the two kinds of run, and the distributed roles
@@ -20,7 +21,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMPONENTS = ('envs', 'agents', 'buffers', 'rlds_io', 'preprocessing')
 LAYER_OF_PACKAGE = {'core': 0, **{name: 1 for name in COMPONENTS}, 'experiment': 2,
-                    'app': 3, 'sweeps': 4, 'bench': 5}
+                    'app': 3, 'sweeps': 4, 'bench': 5, 'reports': 5}
 ENTRY_POINTS = {'train', 'sweep', 'evaluate', 'make_dataset', 'app.launch'}
 ENTRY_LAYER = 5
 # experiment/, bottom up: (name, modules relative to experiment/).

@@ -1,4 +1,4 @@
-"""bench.learning_results and bench.preprocessing_results build their tables from real run
+"""reports.learning_results and reports.preprocessing_results build their tables from real run
 directories, and keep every run they have seen in an archive so a lost run directory does not
 drop a seed."""
 
@@ -7,7 +7,7 @@ import shutil
 import pytest
 
 from app import cli
-from bench import learning_results, preprocessing_results, run_archive
+from reports import learning_results, preprocessing_results, run_archive
 from tests.smoke.test_train import TINY
 
 

@@ -36,6 +36,19 @@ def merge(archived, fresh, key):
     return [merged[k] for k in sorted(merged, key=lambda k: tuple(map(str, k)))]
 
 
+def update(path, fresh, key, command, runs):
+    """The archive at `path` merged with `fresh` (found under `runs`) and saved; its records.
+
+    Nothing at all -- no run directories and no archive -- is refused in one line.
+    """
+    records = merge(load(path), fresh, key)
+    if not records:
+        raise SystemExit(f'no run directories (config.gin + tb/) under {runs} and no '
+                         f'archived runs in {path}')
+    save(path, records, command)
+    return records
+
+
 def save(path, records, command):
     """Writes the records atomically, with the command that regenerates them."""
     os.makedirs(os.path.dirname(path) or '.', exist_ok=True)

@@ -1,6 +1,6 @@
 """CQL-SAC against plain SAC offline and the behaviour policy, on the same dataset and episodes.
 
-    python -m bench.offline_hopper --runs runs/offline_hopper --dataset data/hopper_medium
+    python -m reports.offline_hopper --runs runs/offline_hopper --dataset data/hopper_medium
 
 --runs holds `cql_s<N>` (configs/cql_sac_hopper_offline.gin) and `sac_s<N>`
 (configs/sac_hopper_offline.gin) run directories, trained on --dataset (made by
@@ -181,7 +181,7 @@ def main(argv=None):
             fresh.append(compare_seed(seed, runs, snapshot, metadata, opts.episodes, opts.seed))
         else:
             pending.append(seed)
-    command = (f'python -m bench.offline_hopper --runs {opts.runs} --dataset {opts.dataset}'
+    command = (f'python -m reports.offline_hopper --runs {opts.runs} --dataset {opts.dataset}'
                + (f' --episodes {opts.episodes}' if opts.episodes != 100 else ''))
     by_seed = {row['seed']: row for row in archived_rows(opts.archive, metadata)}
     by_seed.update({row['seed']: row for row in fresh})

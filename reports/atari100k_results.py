@@ -1,6 +1,6 @@
 """The Atari-100k results table, made from run directories of configs/dqn_atari100k.gin.
 
-    python -m bench.atari100k_results --runs runs/atari100k
+    python -m reports.atari100k_results --runs runs/atari100k
 
 Every subdirectory of --runs holding a training run is one seed of one game (make_env.env_id
 from its config.gin, the seed from a `_s<N>` suffix, the replay codec from
@@ -11,7 +11,7 @@ with the protocol's evaluation epsilon, whole games, raw game scores. Writes
 docs/atari100k_results.md: per game and head the mean over seeds beside DrQ(eps)'s published
 mean (Agarwal et al. 2021, 100 runs) and the issue's bar of 60% of it; every run with its wall
 time. Runs still in progress are listed with the step they reached. Every run it has seen is
-also kept in docs/data/atari100k_runs.json (bench.run_archive), so seeds trained on another
+also kept in docs/data/atari100k_runs.json (reports.run_archive), so seeds trained on another
 machine, or whose run directories are gone, stay in the table.
 """
 
@@ -24,10 +24,10 @@ import re
 
 import numpy as np
 
-from bench import run_archive
-from bench.learning_results import find_runs, run_row
 from core import rundir
 from core.quiet import quiet_startup
+from reports import run_archive
+from reports.learning_results import find_runs, run_row
 
 # DrQ(eps)'s published Atari-100k means (Agarwal et al. 2021), the issue's bar (60% of it),
 # and random play.
@@ -158,13 +158,9 @@ def main(argv=None):
         row['head'] = _head(run_dir)
         row['best'] = _best_report(run_dir)
         fresh.append(row)
-    command = f'python -m bench.atari100k_results --runs {args.runs}'
+    command = f'python -m reports.atari100k_results --runs {args.runs}'
     archive = os.path.join(args.docs, ARCHIVE)
-    rows = run_archive.merge(run_archive.load(archive), fresh, run_key)
-    if not rows:
-        raise SystemExit(f'no run directories (config.gin + tb/) under {args.runs} and no '
-                         f'archived runs in {archive}')
-    run_archive.save(archive, rows, command)
+    rows = run_archive.update(archive, fresh, run_key, command, args.runs)
     path = os.path.join(args.docs, 'atari100k_results.md')
     os.makedirs(args.docs, exist_ok=True)
     rundir.atomic_write_text(path, markdown(rows, command))

@@ -1,6 +1,6 @@
 """The preprocessing stage's learning results, made from run directories.
 
-    python -m bench.preprocessing_results --runs runs/bench14 [--runs runs/bench15] \\
+    python -m reports.preprocessing_results --runs runs/bench14 [--runs runs/bench15] \\
         [--at_step Hopper-v5=300000]
 
 Every subdirectory of a --runs directory that holds a training run (config.gin + tb/) is one
@@ -10,7 +10,7 @@ docs/preprocessing_results.md: per run, the first env step whose periodic eval r
 config's target return, the best periodic eval, the eval at --at_step for that env (where a
 run is compared at a fixed budget), the end-of-run report of the best and the final policy
 (100 seeded episodes) and wall time; per variant, how many seeds reached the target.
-Every run it has seen is also kept in docs/data/preprocessing_runs.json (bench.run_archive),
+Every run it has seen is also kept in docs/data/preprocessing_runs.json (reports.run_archive),
 so a run whose directory is gone stays in the table.
 """
 
@@ -20,10 +20,10 @@ import json
 import os
 import re
 
-from bench import run_archive
-from bench.learning_results import find_runs
 from core import rundir
 from core.quiet import quiet_startup
+from reports import run_archive
+from reports.learning_results import find_runs
 from sweeps import curves
 
 ARCHIVE = os.path.join('docs', 'data', 'preprocessing_runs.json')
@@ -132,14 +132,10 @@ def main(argv=None):
     quiet_startup()  # reading event files imports TensorFlow
     fresh = [describe(run_dir, env_id, seed, at_steps) for runs in args.runs
              if os.path.isdir(runs) for env_id, seed, run_dir in find_runs(runs)]
-    rows = run_archive.merge(run_archive.load(args.archive), fresh, run_key)
-    if not rows:
-        raise SystemExit(f"no run directories (config.gin + tb/) under {args.runs} and no "
-                         f"archived runs in {args.archive}")
-    command = ' '.join(['python -m bench.preprocessing_results']
+    command = ' '.join(['python -m reports.preprocessing_results']
                        + [f'--runs {runs}' for runs in args.runs]
                        + [f'--at_step {item}' for item in args.at_step])
-    run_archive.save(args.archive, rows, command)
+    rows = run_archive.update(args.archive, fresh, run_key, command, args.runs)
     rundir.atomic_write_text(args.output, markdown(rows, command))
     print(f'wrote {args.output} and {args.archive} ({len(fresh)} run directories, '
           f'{len(rows)} runs)')

@@ -1,6 +1,6 @@
 """The benchmark-scale learning table and curves, made from run directories (issue: SAC on MuJoCo).
 
-    python -m bench.learning_results --runs runs/bench15
+    python -m reports.learning_results --runs runs/bench15
 
 Every subdirectory of --runs that holds a training run (config.gin + tb/) is one seed of one
 environment (`make_env.env_id` from its config.gin; the seed from a `_s<N>` or `seed_<N>`
@@ -10,7 +10,7 @@ steps/s of every run) and docs/img/learning_<env>.png (mean ± std band over see
 values as reference lines). Runs still in progress are listed with the step they reached, so
 the table can be regenerated after every sitting of a run that resumes across sessions.
 
-Every run it has seen is also kept in docs/data/learning_runs.json (bench.run_archive), so a
+Every run it has seen is also kept in docs/data/learning_runs.json (reports.run_archive), so a
 seed whose run directory is gone (another machine, a wiped runs/) stays in the table.
 """
 
@@ -22,9 +22,9 @@ import re
 
 import numpy as np
 
-from bench import run_archive
 from core import rundir
 from core.quiet import quiet_startup
+from reports import run_archive
 from sweeps import curves
 
 # Published final (1M env steps) evaluation returns of SAC.
@@ -133,15 +133,11 @@ def main(argv=None):
     parser.add_argument('--docs', default='docs', help='Where the table and the images go.')
     args = parser.parse_args(argv)
     quiet_startup()  # reading event files imports TensorFlow
-    command = f'python -m bench.learning_results --runs {args.runs}'
+    command = f'python -m reports.learning_results --runs {args.runs}'
     archive = os.path.join(args.docs, ARCHIVE)
     fresh = ([run_row(*found) for found in find_runs(args.runs)]
              if os.path.isdir(args.runs) else [])
-    rows = run_archive.merge(run_archive.load(archive), fresh, run_key)
-    if not rows:
-        raise SystemExit(f"no run directories (config.gin + tb/) under {args.runs} and no "
-                         f"archived runs in {archive}")
-    run_archive.save(archive, rows, command)
+    rows = run_archive.update(archive, fresh, run_key, command, args.runs)
     os.makedirs(os.path.join(args.docs, 'img'), exist_ok=True)
     for env_id in sorted({row['env_id'] for row in rows}):
         env_curves = [row['curve'] for row in rows if row['env_id'] == env_id and row['curve']]

@@ -1,0 +1,206 @@
+"""The two-budget method every end-to-end section measures with, and its shared tables.
+
+A system runs twice, with step budgets N1 < N2, each run a whole training process timed from
+start to exit (bench/timing.py), and its rate is
+
+    env steps/s = (env steps of run 2 - env steps of run 1)
+                  / (wall time of run 2 - wall time of run 1),
+
+so everything that does not scale with the budget -- interpreter and TF start-up, tracing and
+XLA compilation, initial random collection, the one eval each system always does, the final
+checkpoint and process exit -- cancels. Only what happens per step (collection, training,
+summaries, periodic checkpoints) is left. Env and gradient steps are read back from each run's
+output, never assumed from the budget. The same runs also give the process exit latency: the
+time from the last line a run prints to its exit, read from its time-stamped output.
+"""
+
+import dataclasses
+import json
+import shutil
+import tempfile
+
+from bench import timing
+
+FINAL_METRICS = r'^final metrics: '  # train.py --print_metrics' last line
+QUICK_NOTE = ('**Quick mode: budgets shrunk to test the harness; these numbers are noisy and not '
+              'a benchmark.**')
+
+
+@dataclasses.dataclass
+class TwoBudgetRate:
+    """env steps/s from two runs that differ only in their step budget."""
+    small: timing.RunResult
+    large: timing.RunResult
+    small_steps: int
+    large_steps: int
+    last_line: str = None  # regex of each run's last line, for the rate that excludes exit
+
+    @property
+    def delta_steps(self):
+        return self.large_steps - self.small_steps
+
+    @property
+    def delta_s(self):
+        return self.large.wall_s - self.small.wall_s
+
+    @property
+    def rate(self):
+        return self.delta_steps / self.delta_s if self.delta_s > 0 else float('nan')
+
+    @property
+    def rate_to_last_line(self):
+        """Like rate, each run timed to its last `last_line` line instead of its exit."""
+        ends = [run.last_match(self.last_line) if self.last_line else None
+                for run in (self.small, self.large)]
+        delta = None if None in ends else ends[1][0] - ends[0][0]
+        return None if not delta or delta <= 0 else self.delta_steps / delta
+
+    @property
+    def rate_per_cpu_s(self):
+        """Like rate, over CPU time: less sensitive to other jobs sharing the core."""
+        if self.small.cpu_s is None or self.large.cpu_s is None:
+            return None
+        delta = self.large.cpu_s - self.small.cpu_s
+        return self.delta_steps / delta if delta > 0 else None
+
+
+@dataclasses.dataclass
+class System:
+    """One measured program: how to launch it at a budget and read its steps back."""
+    name: str
+    build: object  # (budget, root_dir) -> command without the pinning prefix
+    parse: object  # (RunResult, budget) -> (env steps, gradient steps); checks the run
+    key: str = 'ours'  # which budget pair, when budgets differ per kind of system
+    cwd: str = timing.REPO_ROOT  # None: a scratch directory (the program runs anywhere)
+    last_line: str = FINAL_METRICS  # regex of the line the exit latency is measured from
+    last_line_text: str = '`final metrics:` (printed when `run()` returns)'
+    is_reference: bool = False
+    exit_limit_s: float = None
+    cpus: str = None  # None: the --cpus option
+
+    def command(self, budget, root_dir, opts):
+        return timing.pin_prefix(self.cpus or opts.cpus) + self.build(budget, root_dir)
+
+
+@dataclasses.dataclass
+class Measured:
+    system: System
+    rate: TwoBudgetRate
+    budgets: tuple
+    grads: tuple  # gradient steps of the N1 and N2 runs
+
+
+def measure(systems, budgets, opts, prefix):
+    """Runs every system at both of its budgets, in order; returns [Measured].
+
+    `budgets`: one (N1, N2) pair, or a dict of pairs by `System.key`.
+    """
+    scratch = tempfile.mkdtemp(prefix=prefix, dir=opts.scratch_dir)
+    try:
+        return [_measure(system, budgets[system.key] if isinstance(budgets, dict) else budgets,
+                         opts, scratch) for system in systems]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _measure(system, budgets, opts, scratch):
+    runs, steps, grads = [], [], []
+    for budget in budgets:
+        root_dir = tempfile.mkdtemp(prefix='run-', dir=scratch)
+        result = timing.timed_run(f'{system.name} N={budget:,}',
+                                  system.command(budget, root_dir, opts),
+                                  cwd=system.cwd or scratch, log_dir=opts.log_dir)
+        env_steps, grad_steps = system.parse(result, budget)
+        shutil.rmtree(root_dir, ignore_errors=True)
+        runs.append(result)
+        steps.append(env_steps)
+        grads.append(grad_steps)
+    rate = TwoBudgetRate(runs[0], runs[1], steps[0], steps[1], system.last_line)
+    return Measured(system, rate, tuple(budgets), tuple(grads))
+
+
+# -- Our train.py -------------------------------------------------------------------------------
+
+
+def final_metrics(result):
+    """The JSON of a run's `final metrics:` line (train.py or app.launch with --print_metrics)."""
+    match = result.last_match(FINAL_METRICS)
+    if match is None:
+        raise timing.BenchError(f'{result.label}: no "final metrics:" line '
+                                f'(log: {result.log_path})')
+    return json.loads(match[1].split(':', 1)[1])
+
+
+def train_command(config, bindings):
+    """(env steps, root_dir) -> train.py on `config` with Gin `bindings`."""
+    def build(env_steps, root_dir):
+        cmd = [timing.python(), 'train.py', f'--gin_file={config}', f'--root_dir={root_dir}',
+               '--print_metrics', f'--gin_bindings=run.num_env_steps={env_steps}']
+        return cmd + [f'--gin_bindings={binding}' for binding in bindings]
+    return build
+
+
+def parse_train(uses_xla=None):
+    """Reads (env steps, gradient steps) of a train.py run, refusing one that did other work:
+    stopped early, compiled otherwise than asked (None: not checked), or left a binding unused."""
+    def parse(result, budget):
+        metrics = final_metrics(result)
+        problems = []
+        if metrics['env_steps'] < budget or metrics['interrupted']:
+            problems.append(f"stopped at {metrics['env_steps']} env steps")
+        if uses_xla is not None and bool(metrics['uses_xla']) != uses_xla:
+            problems.append(f"uses_xla={metrics['uses_xla']}, asked for {uses_xla}")
+        if metrics['unused_bindings']:
+            problems.append(f"unused bindings {metrics['unused_bindings']}")
+        if problems:
+            raise timing.BenchError(f'{result.label}: ' + '; '.join(problems))
+        return metrics['env_steps'], metrics['train_steps']
+    return parse
+
+
+def train_system(name, config, bindings, *, uses_xla=None, **fields):
+    """One variant of our train.py; budgets count env steps (initial random steps included)."""
+    return System(name, train_command(config, bindings), parse_train(uses_xla), **fields)
+
+
+# -- Tables every end-to-end section shows ------------------------------------------------------
+
+
+def exit_latency_table(measured, limit_s):
+    """(markdown table, every limited system passed) of each run's seconds to exit."""
+    rows, passed = [], True
+    for item in measured:
+        system, rate = item.system, item.rate
+        delays = [run.exit_delay_after(system.last_line) for run in (rate.small, rate.large)]
+        verdict = ''
+        if system.exit_limit_s is not None:
+            ok = all(d is not None and d <= system.exit_limit_s for d in delays)
+            verdict, passed = ('PASS' if ok else 'FAIL'), passed and ok
+        rows.append([system.name, system.last_line_text,
+                     ', '.join('n/a' if d is None else f'{d:.1f}' for d in delays), verdict])
+    return timing.markdown_table(
+        ['system', 'measured from', 'seconds to exit (N1, N2 run)', f'≤ {limit_s:.0f} s'],
+        rows, aligns='lllc'), passed
+
+
+def runs_table(measured):
+    rows = []
+    for item in measured:
+        rate = item.rate
+        for run, steps, grad, budget in zip((rate.small, rate.large),
+                                            (rate.small_steps, rate.large_steps), item.grads,
+                                            item.budgets):
+            rows.append([item.system.name, f'{budget:,}', f'{steps:,}', f'{grad:,}',
+                         f'{run.wall_s:.1f}'])
+    return timing.markdown_table(['system', 'budget', 'env steps', 'gradient steps', 'wall s'],
+                                 rows)
+
+
+def commands_block(measured, opts, extra=()):
+    """The N2 command of every system (then `extra` lines), as a markdown section."""
+    out = ['### Commands', '', 'N2 runs shown; `ROOT` is a fresh temporary directory per run.',
+           '', '```']
+    for item in measured:
+        out.append(f"# {item.system.name}{'' if item.system.cwd else ' (any directory)'}")
+        out.append(timing.shorten(item.system.command(item.budgets[1], 'ROOT', opts)))
+    return out + list(extra) + ['```', '']
