@@ -3,19 +3,11 @@
     .venv/bin/python -m bench.atari_replay --output docs/atari_replay.md
     .venv/bin/python -m bench.run_all --only atari_replay      # the same, as a make bench section
 
-Memory. Each (game, layout) fills a buffer of 100,000 transitions (3,000 with --quick) in a
-process of its own, with frames of the real game (ale-py, the standard 84x84
-preprocessing, random actions), and reports the process RSS growth from before
-the buffer was built to after it was full, per transition: what a user's run
-pays, allocator and TF overheads included. Layouts: this project's
-`FrameStackedReplay` (one frame per step: LZ4, zlib, raw, JPEG) and TF-Agents'
-`TFUniformReplayBuffer` of stacked observations, the layout of its Atari example (and of
-any replay that stores the agent's observations as they are).
-
-Speed. One core: sampling batches of 32 stacked windows (1-step targets: 2
-steps; 3-step: 4 steps) from a full buffer of real Pong frames, raw, LZ4 and zlib,
-against the time of one Nature-CNN DQN gradient step on batch 32 (the rate the
-learner consumes batches). The ratio is samples/s over gradient steps/s.
+Memory: each (game, layout) is filled with frames of the real game in a process of its own,
+and the process RSS growth is what a user's run pays, allocator and TF overheads included.
+TF-Agents' layout is its Atari example's (and that of any replay that stores the agent's
+stacked observations as they are). Speed: sampling from a full buffer of real Pong frames on
+one core, against the rate the Nature-CNN learner consumes batches.
 """
 
 import datetime

@@ -4,15 +4,12 @@ and Stable-Baselines3's DQN.
     .venv/bin/python -m bench.atari_speed --output docs/atari_speed.md \\
         --sb3_python /tmp/sb3venv/bin/python        # the peer's venv: bench/sb3_atari_peer.py
 
-Ours is configs/dqn_atari.gin on Pong (Nature CNN, batch 32, a gradient step every 4 env
-steps, one env), with a 100,000-transition replay (SB3 stores stacks: its 1M would not fit
-this machine), a 1,000-step warm-up, no evaluation, report or export. Each variant runs at two
-budgets and its rate is Δ env steps / Δ wall time (bench/harness.py), pinned to core
-0, or cores 0-1 for the two-core variant (run.tf_threads=2). "Gradient steps alone" is one
-Nature-CNN DQN step on a fixed batch of 32, timed in a loop on core 0: at 4 env steps per
-gradient step, the env steps/s a run would reach if everything else were free. The
-overlapped variant collects each chunk on a second thread while the previous one trains
-(run.overlap_collection, experiment/loop.py `FusedLoop`).
+Ours is configs/dqn_atari.gin on Pong with a 100,000-transition replay (SB3 stores stacks:
+its 1M would not fit this machine), no evaluation, report or export, measured by the
+two-budget method (bench/harness.py). "Gradient steps alone" is one Nature-CNN DQN step on a
+fixed batch of 32, timed in a loop on core 0: at 4 env steps per gradient step, the env
+steps/s a run would reach if everything else were free. The overlapped variant collects each
+chunk on a second thread while the previous one trains (experiment/loop.py `FusedLoop`).
 """
 
 import datetime

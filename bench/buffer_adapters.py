@@ -370,12 +370,10 @@ class TfaReverbSystem(_TfaSystem):
 
 
 def build(system, kind, num_envs):
-    if system == 'tfa_reverb_prioritized':
-        return TfaReverbSystem(kind, num_envs)
-    if system == 'tfa_uniform':
-        return TfaUniformSystem(kind, num_envs)
-    if system == 'tfa_episodic':
-        return TfaEpisodicSystem(kind, num_envs)
+    theirs = {'tfa_uniform': TfaUniformSystem, 'tfa_episodic': TfaEpisodicSystem,
+              'tfa_reverb_prioritized': TfaReverbSystem}
+    if system in theirs:
+        return theirs[system](kind, num_envs)
     from buffers.episodic import EpisodicReplay
     from buffers.prioritized import PrioritizedReplay
     from buffers.reverb_replay import ReverbPrioritizedReplay, ReverbUniformReplay

@@ -9,9 +9,7 @@ Why a process each: image buffers hold ~2.8 GB, Reverb servers and tf.data
 iterators keep threads, Reverb tables' memory is read from the process RSS,
 and TF-Agents' `ReverbReplayBuffer` must be built only once per process (see
 `TfaReverbSystem._dataset`), so every run starts from a clean interpreter.
-Progress goes to stderr; the result is the last stdout line (`RESULT {json}`).
-What each number means (insert, sample, latency, priority updates, bytes per
-stored transition) is written out in the section's own text, `buffers.render`.
+What each number means is written out in the section's text, `buffers.render`.
 """
 
 import argparse

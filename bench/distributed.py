@@ -1,17 +1,9 @@
 """Distributed SAC on Pendulum: env steps/s with 1 and 2 collectors against one process.
 
-Same experiment everywhere (configs/sac_pendulum.gin: 4 env copies per
-process, batch 256, 256x256 networks, 1 gradient step per env step); the
-distributed runs use configs/sac_pendulum_distributed.gin, whose rate
-limiter holds that replay ratio (256 samples per inserted transition), so
-the collectors can go no faster than the learner trains: this measures the
-whole system's env steps/s at equal learning work, not unthrottled
-collection. No evaluator and no periodic eval in the timed runs.
-
-Measured by the two-budget method (bench/harness.py), so the start-up of four
-to five TF processes cancels too. Distributed runs need several processes,
-so this section never pins to one core: every system (the single process
-too) may use all CPUs of the machine.
+The distributed runs (configs/sac_pendulum_distributed.gin) hold configs/sac_pendulum.gin's
+replay ratio with a rate limiter, so this measures the whole system at equal learning work,
+not unthrottled collection. Two-budget method (bench/harness.py); several processes per run,
+so every system may use all CPUs.
 """
 
 from bench import harness, timing

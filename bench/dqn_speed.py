@@ -1,13 +1,9 @@
 """DQN on CartPole, end to end: TF-Agents' own example against our train.py (bench/harness.py).
 
-Same work per env step on both sides: 1 gradient step per env step, batch
-64, a Q-network with one hidden layer of 100 units, 1,000 initial random
-steps, replay capacity 100,000, no evaluation inside the timed difference
-(the eval each system always does -- before training in the example, after
-it in ours -- cancels with the rest of start-up and exit). Periodic work each
-system does by default stays in: the example's per-iteration summaries,
-logging and checkpoints (every 5k/10k/20k train steps), our summaries (every
-1k env steps) and checkpoints (every 10k env steps, replay included).
+Same work per env step on both sides (the section's text lists it). Periodic work each
+system does by default stays in the timed difference: the example's per-iteration
+summaries, logging and checkpoints (every 5k/10k/20k train steps), our summaries (every 1k
+env steps) and checkpoints (every 10k env steps, replay included).
 """
 
 import re
@@ -49,21 +45,26 @@ FULL_BUDGETS = {'tfa': (1_000, 26_000), 'ours': (5_000, 105_000)}
 QUICK_BUDGETS = {'tfa': (1_000, 2_000), 'ours': (2_000, 12_000)}
 
 
-def tfa_command(iterations, root_dir):
+def tfa_base(module, iterations, root_dir):
+    """The start of a TF-Agents example's command (DQN's or SAC's)."""
     if iterations % TFA_LOG_INTERVAL:
         raise ValueError(f'TF-Agents budgets must be multiples of {TFA_LOG_INTERVAL} so that '
                          'its last log line is its last step.')
-    return [timing.python(), '-m', TFA_MODULE, f'--root_dir={root_dir}',
-            f'--num_iterations={iterations}',  # a flag: a gin binding for it is overridden
-            '--gin_param=train_eval.env_name="CartPole-v1"',
-            # Eval fires when step % eval_interval == 0; 0 would mean every step
-            # (numpy's int64 % 0 is 0), so a huge interval disables it.
-            '--gin_param=train_eval.eval_interval=1000000000',
-            # The eval before training always runs; 1 episode keeps it short.
-            '--gin_param=train_eval.num_eval_episodes=1']
+    return [timing.python(), '-m', module, f'--root_dir={root_dir}']
 
 
-def parse_tfa(result, iterations, initial_collect=TFA_INITIAL_COLLECT):
+def tfa_command(iterations, root_dir):
+    return tfa_base(TFA_MODULE, iterations, root_dir) + [
+        f'--num_iterations={iterations}',  # a flag: a gin binding for it is overridden
+        '--gin_param=train_eval.env_name="CartPole-v1"',
+        # Eval fires when step % eval_interval == 0; 0 would mean every step
+        # (numpy's int64 % 0 is 0), so a huge interval disables it.
+        '--gin_param=train_eval.eval_interval=1000000000',
+        # The eval before training always runs; 1 episode keeps it short.
+        '--gin_param=train_eval.num_eval_episodes=1']
+
+
+def parse_tfa(result, iterations):
     """(env steps, gradient steps) of a TF-Agents example run (DQN's or SAC's: same log).
 
     Its global step counts gradient steps, one per iteration after the initial collection.
@@ -75,7 +76,7 @@ def parse_tfa(result, iterations, initial_collect=TFA_INITIAL_COLLECT):
     if train_steps != iterations:
         raise timing.BenchError(f'{result.label}: last logged step {train_steps}, expected '
                                 f'{iterations} (log: {result.log_path})')
-    return initial_collect + iterations, train_steps
+    return TFA_INITIAL_COLLECT + iterations, train_steps
 
 
 def tfa_system(name, build):

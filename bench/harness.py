@@ -95,28 +95,25 @@ def measure(systems, budgets, opts, prefix):
 
     `budgets`: one (N1, N2) pair, or a dict of pairs by `System.key`.
     """
-    scratch = tempfile.mkdtemp(prefix=prefix, dir=opts.scratch_dir)
+    scratch = tempfile.mkdtemp(prefix=prefix)
+    measured = []
     try:
-        return [_measure(system, budgets[system.key] if isinstance(budgets, dict) else budgets,
-                         opts, scratch) for system in systems]
+        for system in systems:
+            pair = budgets[system.key] if isinstance(budgets, dict) else budgets
+            runs, steps = [], []
+            for budget in pair:
+                root_dir = tempfile.mkdtemp(prefix='run-', dir=scratch)
+                result = timing.timed_run(f'{system.name} N={budget:,}',
+                                          system.command(budget, root_dir, opts),
+                                          cwd=system.cwd or scratch, log_dir=opts.log_dir)
+                steps.append(system.parse(result, budget))  # (env steps, gradient steps)
+                shutil.rmtree(root_dir, ignore_errors=True)
+                runs.append(result)
+            rate = TwoBudgetRate(*runs, steps[0][0], steps[1][0], system.last_line)
+            measured.append(Measured(system, rate, tuple(pair), (steps[0][1], steps[1][1])))
+        return measured
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-
-
-def _measure(system, budgets, opts, scratch):
-    runs, steps, grads = [], [], []
-    for budget in budgets:
-        root_dir = tempfile.mkdtemp(prefix='run-', dir=scratch)
-        result = timing.timed_run(f'{system.name} N={budget:,}',
-                                  system.command(budget, root_dir, opts),
-                                  cwd=system.cwd or scratch, log_dir=opts.log_dir)
-        env_steps, grad_steps = system.parse(result, budget)
-        shutil.rmtree(root_dir, ignore_errors=True)
-        runs.append(result)
-        steps.append(env_steps)
-        grads.append(grad_steps)
-    rate = TwoBudgetRate(runs[0], runs[1], steps[0], steps[1], system.last_line)
-    return Measured(system, rate, tuple(budgets), tuple(grads))
 
 
 # -- Our train.py -------------------------------------------------------------------------------
@@ -131,18 +128,18 @@ def final_metrics(result):
     return json.loads(match[1].split(':', 1)[1])
 
 
-def train_command(config, bindings):
-    """(env steps, root_dir) -> train.py on `config` with Gin `bindings`."""
+def train_system(name, config, bindings, *, uses_xla=None, **fields):
+    """One variant of our train.py on `config` with Gin `bindings`; budgets count env steps
+    (initial random steps included).
+
+    Its runs are refused if they did other work: stopped early, compiled otherwise than asked
+    (`uses_xla` None: not checked), or left a binding unused.
+    """
     def build(env_steps, root_dir):
         cmd = [timing.python(), 'train.py', f'--gin_file={config}', f'--root_dir={root_dir}',
                '--print_metrics', f'--gin_bindings=run.num_env_steps={env_steps}']
         return cmd + [f'--gin_bindings={binding}' for binding in bindings]
-    return build
 
-
-def parse_train(uses_xla=None):
-    """Reads (env steps, gradient steps) of a train.py run, refusing one that did other work:
-    stopped early, compiled otherwise than asked (None: not checked), or left a binding unused."""
     def parse(result, budget):
         metrics = final_metrics(result)
         problems = []
@@ -155,12 +152,7 @@ def parse_train(uses_xla=None):
         if problems:
             raise timing.BenchError(f'{result.label}: ' + '; '.join(problems))
         return metrics['env_steps'], metrics['train_steps']
-    return parse
-
-
-def train_system(name, config, bindings, *, uses_xla=None, **fields):
-    """One variant of our train.py; budgets count env steps (initial random steps included)."""
-    return System(name, train_command(config, bindings), parse_train(uses_xla), **fields)
+    return System(name, build, parse, **fields)
 
 
 # -- Tables every end-to-end section shows ------------------------------------------------------

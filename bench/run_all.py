@@ -5,20 +5,13 @@
     make bench ARGS='--cpus=all'                 # don't pin to one core
     make bench TORCH_PYTHON=/tmp/torchvenv/bin/python   # measure the PyTorch SAC peer too
 
-Every measurement is a whole process: end-to-end rates by the two-budget
-method (bench/harness.py), finer ones by a measuring child that times its
-calls in a loop (bench/inprocess.py). Runs are pinned to one core
-(`taskset -c 0`) by default because the reference numbers are per core; the
-machine should be otherwise quiet.
-
-Sections. `SECTIONS` lists (name, function); each function takes the
-parsed options (bench/timing.py's `options_parser`) and returns a markdown
-section. docs/benchmarks.md is the header plus every section, printed to
-stdout too, and is written (temp file, then rename) only by a run of all
-sections in full mode, unless --output is given. Add benchmarks as new
-modules with a `section` function (and a `main` through
-`timing.standalone_main` if they also write a document of their own) and
-list them here.
+How each section measures: bench/__init__.py. Runs are pinned to one core (`taskset -c 0`)
+by default because the reference numbers are per core; the machine should be otherwise quiet.
+`SECTIONS` lists (name, function): each takes the parsed options (`timing.options_parser`)
+and returns a markdown section. docs/benchmarks.md is the header plus every section, printed
+too, and is written only by a run of all sections in full mode, unless --output is given.
+A new benchmark is a module with a `section` (and a `main` through `timing.standalone_main`
+for a document of its own), listed here.
 """
 
 import datetime

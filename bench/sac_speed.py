@@ -1,15 +1,9 @@
 """SAC on Pendulum, end to end: TF-Agents' own SAC example against our train.py.
 
-Same work per env step on both sides: 1 gradient step per env step, batch
-256, 256x256 actor and critics, Adam 3e-4 everywhere, tau 0.005 every step,
-gamma 0.99, reward scale 1, target entropy -dim(A)/2 (TF-Agents' default),
-1,000 initial random steps, replay capacity 100,000, no evaluation inside the
-timed difference; measured like DQN (bench/harness.py, bench/dqn_speed.py).
-
-The PyTorch peer (bench/pytorch_sac_peer.py, same settings) needs torch,
-which requirements.lock does not carry: with `--torch_python` (or
-$TORCH_PYTHON) naming a Python that has it, the section runs the peer
-pinned the same way and compares against that measurement; without it,
+Same work per env step on both sides (the example's agent, bound on ours: OURS_BINDINGS),
+measured like DQN (bench/harness.py, bench/dqn_speed.py). The PyTorch peer
+(bench/pytorch_sac_peer.py) needs torch, which requirements.lock does not carry: with
+`--torch_python` (or $TORCH_PYTHON) the section measures it pinned the same way; without it,
 the issue's quoted reference (~100 env steps/s) stands in.
 """
 
@@ -21,7 +15,6 @@ from bench import dqn_speed, harness, timing
 
 TFA_MODULE = 'tf_agents.agents.sac.examples.v2.train_eval'
 TFA_INITIAL_COLLECT = dqn_speed.TFA_INITIAL_COLLECT  # as parse_tfa counts env steps
-TFA_LOG_INTERVAL = 1000  # its default; budgets are multiples so the last log is the last step
 OURS_CONFIG = 'configs/sac_pendulum.gin'
 OURS_BINDINGS = [
     # The peer does no best-policy confirmation, end-of-run report or video: same work.
@@ -78,12 +71,9 @@ QUICK_BUDGETS = {'tfa': (1_000, 2_000), 'ours': (2_000, 5_000)}
 
 
 def tfa_command(iterations, root_dir):
-    if iterations % TFA_LOG_INTERVAL:
-        raise ValueError(f'TF-Agents budgets must be multiples of {TFA_LOG_INTERVAL} so that '
-                         'its last log line is its last step.')
     # Its main() does not pass num_iterations, so (unlike the DQN example) a binding works.
     bindings = TFA_BINDINGS + [f'train_eval.num_iterations={iterations}']
-    return [timing.python(), '-m', TFA_MODULE, f'--root_dir={root_dir}'] + [
+    return dqn_speed.tfa_base(TFA_MODULE, iterations, root_dir) + [
         f'--gin_param={binding}' for binding in bindings]
 
 
@@ -167,7 +157,19 @@ def render(measured, opts, peer=None):
                 f'{peer["command"][-1].split("=")[1]} to its last step, after its random '
                 'warm-up: in-process timing, where ours and the example are timed by the '
                 'two-budget method; both leave start-up out.', '']
-    out += _verdicts(example.rate, ours, pytorch, measured_peer=bool(peer))
+    def verdict(rate, reference, target):
+        ratio = _ratio(rate, reference)
+        met = ratio != 'n/a' and rate / reference >= target
+        return f"{ratio} ({'met' if met else 'NOT met'})"
+    peer_text = ('the PyTorch SAC peer measured above' if peer else
+                 f'the PyTorch SAC reference ({PYTORCH_REFERENCE} env steps/s, quoted from '
+                 'another machine; run with --torch_python to measure the peer here)')
+    out += [f'- Target ≥ {TARGET_VS_EXAMPLE}× the example on one core: '
+            f'{verdict(ours, example.rate, TARGET_VS_EXAMPLE)}.',
+            f'- Target ≥ {TARGET_VS_PYTORCH}× {peer_text}: '
+            f'{verdict(ours, pytorch, TARGET_VS_PYTORCH)}.',
+            '- The quoted references were measured on another machine: compare the example '
+            'measured here with its reference (~80/s).', '']
     exits, exits_passed = harness.exit_latency_table(measured, dqn_speed.EXIT_LIMIT_S)
     out += ['### Process exit latency', '', exits, '']
     if not exits_passed:
@@ -193,23 +195,3 @@ def _ratio(rate, reference):
     ok = all(math.isfinite(x) and x > 0 for x in (rate, reference))
     return f'{rate / reference:.2f}x' if ok else 'n/a'
 
-
-def _verdicts(example, ours, pytorch, measured_peer):
-    def verdict(rate, reference, target):
-        ratio = _ratio(rate, reference)
-        met = ratio != 'n/a' and rate / reference >= target
-        return f"{ratio} ({'met' if met else 'NOT met'})"
-    if measured_peer:
-        peer_line = (f'- Target ≥ {TARGET_VS_PYTORCH}× the PyTorch SAC peer measured above: '
-                     f'{verdict(ours, pytorch, TARGET_VS_PYTORCH)}.')
-    else:
-        peer_line = (f'- Target ≥ {TARGET_VS_PYTORCH}× the PyTorch SAC reference '
-                     f'({PYTORCH_REFERENCE} env steps/s, quoted from another machine; run '
-                     'with --torch_python to measure the peer here): '
-                     f'{verdict(ours, pytorch, TARGET_VS_PYTORCH)}.')
-    return [
-        f'- Target ≥ {TARGET_VS_EXAMPLE}× the example on one core: '
-        f'{verdict(ours, example, TARGET_VS_EXAMPLE)}.',
-        peer_line,
-        '- The quoted references were measured on another machine: compare the example '
-        'measured here with its reference (~80/s).', '']

@@ -84,7 +84,7 @@ def describe_pinning(cpus):
     return f'pinned to {cores} with `taskset -c {cpus}` (reference numbers are per core)'
 
 
-def timed_run(label, cmd, *, log_dir, cwd=REPO_ROOT, env=None, echo=True, progress=False,
+def timed_run(label, cmd, *, log_dir, cwd=REPO_ROOT, env=None, progress=False,
               timeout_s=RUN_TIMEOUT_S):
     """Runs `cmd` to completion; returns a RunResult (raises BenchError if it fails).
 
@@ -93,8 +93,7 @@ def timed_run(label, cmd, *, log_dir, cwd=REPO_ROOT, env=None, echo=True, progre
     """
     run_env = dict(os.environ, PYTHONUNBUFFERED='1', **(env or {}))
     log_path = os.path.join(log_dir, re.sub(r'[^A-Za-z0-9_.-]+', '_', label) + '.log')
-    if echo:
-        print(f'  [{time.strftime("%H:%M:%S")}] {label}: {shorten(cmd)}', flush=True)
+    print(f'  [{time.strftime("%H:%M:%S")}] {label}: {shorten(cmd)}', flush=True)
     lines = []
     lock = threading.Lock()
     cpu_before = _children_cpu_s()
@@ -121,7 +120,12 @@ def timed_run(label, cmd, *, log_dir, cwd=REPO_ROOT, env=None, echo=True, progre
     try:
         returncode = proc.wait(timeout=timeout_s)
     except BaseException as error:  # a hang or Ctrl-C: never leave the child running
-        _stop(proc)
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
         if isinstance(error, subprocess.TimeoutExpired):
             raise BenchError(f'{label} did not finish in {timeout_s} s; last lines:\n'
                              + '\n'.join(text for _, _, text in lines[-25:])) from None
@@ -139,8 +143,7 @@ def timed_run(label, cmd, *, log_dir, cwd=REPO_ROOT, env=None, echo=True, progre
     if returncode != 0:
         raise BenchError(f'{label} exited with status {returncode} after {wall_s:.1f} s '
                          f'(log: {log_path}); last lines:\n{result.tail()}')
-    if echo:
-        print(f'  [{time.strftime("%H:%M:%S")}] {label}: done in {wall_s:.1f} s', flush=True)
+    print(f'  [{time.strftime("%H:%M:%S")}] {label}: done in {wall_s:.1f} s', flush=True)
     return result
 
 
@@ -148,16 +151,6 @@ def _children_cpu_s():
     """CPU seconds of every child this process has waited for so far."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime
-
-
-def _stop(proc):
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def call_command(function, *args):
@@ -258,7 +251,6 @@ def parse_options(parser, argv):
     opts.keep_logs = opts.log_dir is not None
     opts.log_dir = opts.log_dir or tempfile.mkdtemp(prefix='bench-logs-')
     os.makedirs(opts.log_dir, exist_ok=True)
-    opts.scratch_dir = None  # sections make their own temp dirs under the default tmp
     return opts
 
 

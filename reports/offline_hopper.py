@@ -4,21 +4,15 @@
 
 --runs holds `cql_s<N>` (configs/cql_sac_hopper_offline.gin) and `sac_s<N>`
 (configs/sac_hopper_offline.gin) run directories, trained on --dataset (made by
-configs/datasets/hopper_medium.gin). For every seed with both runs finished, the
-behaviour snapshot that made the dataset, plain SAC's final policy and CQL-SAC's final
-policy play the same --episodes seeded episodes (evaluate.py's comparison). Final
-policies, not the best ones: picking a checkpoint by its evaluation return would use the
-environment, which an offline method may not. The behaviour policy is the one that collected the
-dataset: the snapshot's greedy or collect policy (collection.json's behaviour_policy) with the
-dataset's action noise, played on the same episodes; the bar
-(issue #15: CQL-SAC above both the behaviour policy and offline SAC by >= 20% of the behaviour
-return) is taken against it. The snapshot's greedy (noise-free) return and CQL-SAC's margin over
-it are shown beside it: the stricter reading, since acting greedily is itself an improvement on
-a noisy behaviour policy.
+configs/datasets/hopper_medium.gin). For every seed with both runs finished, the behaviour
+policy, the behaviour snapshot's greedy policy and both runs' final policies play the same
+--episodes seeded episodes (evaluate.py's comparison); the document says what each is and
+the bar (issue #15). Final policies, not the best ones: picking a checkpoint by its
+evaluation return would use the environment, which an offline method may not.
 Writes docs/offline_hopper.md. The compared seeds and the dataset's description are also kept
-in docs/data/offline_hopper_runs.json, so seeds compared earlier, on
-another machine or before their run directories were lost, stay in the table as long as the
-dataset is the same one (same behaviour snapshot and size).
+in docs/data/offline_hopper_runs.json, so seeds compared earlier, on another machine or before
+their run directories were lost, stay in the table as long as the dataset is the same one
+(same behaviour snapshot and size).
 """
 
 import argparse
@@ -29,39 +23,23 @@ import re
 
 from core import rundir
 from core.quiet import quiet_startup
+from reports import run_archive
 
 MARGIN = 0.2  # of the behaviour return
 ARCHIVE = os.path.join('docs', 'data', 'offline_hopper_runs.json')
 
 
-def _same_dataset(a, b):
-    return all(a.get(key) == b.get(key) for key in ('source', 'num_steps',
-                                                      'action_noise_stddev',
-                                                      'behaviour_policy'))
-
-
 def archived_rows(path, metadata):
     """The seeds compared before on this dataset (none when the dataset has changed)."""
-    if not os.path.isfile(path):
-        return []
-    with open(path) as f:
-        archive = json.load(f)
-    return archive['rows'] if _same_dataset(archive['dataset'], metadata) else []
-
-
-def save_archive(path, rows, metadata, command):
-    payload = {'generated_by': command, 'dataset': metadata, 'rows': rows}
-    os.makedirs(os.path.dirname(path) or '.', exist_ok=True)
-    rundir.atomic_write_text(path, json.dumps(payload, indent=1) + '\n')
+    archive = run_archive.read_json(path)
+    same = archive and all(archive['dataset'].get(key) == metadata.get(key) for key in (
+        'source', 'num_steps', 'action_noise_stddev', 'behaviour_policy'))
+    return archive['rows'] if same else []
 
 
 def _finished(run_dir):
-    path = os.path.join(run_dir, 'metrics.json')
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        metrics = json.load(f)
-    return None if metrics.get('interrupted') else metrics
+    metrics = run_archive.read_json(os.path.join(run_dir, 'metrics.json'))
+    return None if metrics is None or metrics.get('interrupted') else metrics
 
 
 def find_seeds(runs_dir):
@@ -169,9 +147,7 @@ def main(argv=None):
     if os.path.isdir(opts.dataset):
         snapshot, metadata = behaviour_snapshot(opts.dataset)
     elif os.path.isfile(opts.archive):  # the dataset is gone: the table from the archive
-        with open(opts.archive) as f:
-            metadata = json.load(f)['dataset']
-        snapshot = None
+        metadata, snapshot = run_archive.read_json(opts.archive)['dataset'], None
     else:
         raise SystemExit(f'no dataset at {opts.dataset} and no archive at {opts.archive}: make '
                          'the dataset first (docs/offline_rl.md)')
@@ -187,7 +163,7 @@ def main(argv=None):
     by_seed.update({row['seed']: row for row in fresh})
     rows = [by_seed[seed] for seed in sorted(by_seed)]
     pending = [seed for seed in pending if seed not in by_seed]
-    save_archive(opts.archive, rows, metadata, command)
+    run_archive.save(opts.archive, {'generated_by': command, 'dataset': metadata, 'rows': rows})
     text = markdown(rows, pending, metadata, opts.episodes, opts.seed, command)
     rundir.atomic_write_text(opts.output, text)
     print(text)
