@@ -1,4 +1,6 @@
-"""run.sample_ahead: the next batch is sampled while a gradient step runs, nothing else changes."""
+"""Batches drawn ahead of the step that uses them change nothing: run.sample_ahead (the next
+batch sampled while a gradient step runs) and the distributed learner's stacked chunks (every
+batch of a chunk drawn before it starts, the chunk compiled without a sampling op)."""
 
 import numpy as np
 import pytest
@@ -14,7 +16,7 @@ from experiment.loop import Training
 BATCH, STEPS = 8, 5
 
 
-def _trained(sample_ahead):
+def _trained(sample_ahead, stacked=False):
     tf.random.set_seed(0)
     observation = tensor_spec.BoundedTensorSpec([3], tf.float32, -1, 1)
     action = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 1)
@@ -31,8 +33,17 @@ def _trained(sample_ahead):
             reward=tf.constant([float(t % 3)]), discount=tf.ones([1])))
     training = Training(agent=agent, backend=backend, batch_size=BATCH, num_steps=2,
                         train_steps=STEPS, use_xla=False, sample_ahead=sample_ahead)
-    diagnostics = training.train()
-    return agent, backend, diagnostics
+    if not stacked:
+        return agent, backend, training.train()
+    # The learner's way: a dataset of batches, stacked STEPS at a time, trained in one call.
+    batches = [backend.sample(BATCH, 2) for _ in range(STEPS)]
+    dataset = training.stacked_dataset(
+        tf.data.Dataset.from_tensors(batches[0]).concatenate(
+            tf.data.Dataset.from_tensor_slices(
+                tf.nest.map_structure(lambda *x: tf.stack(x), *batches[1:]))))
+    chunk = next(iter(dataset))
+    training.trace_stacked(dataset.element_spec)
+    return agent, backend, training.train_stacked(chunk)
 
 
 def test_sampling_ahead_trains_on_the_same_batches_in_the_same_order():
@@ -44,6 +55,18 @@ def test_sampling_ahead_trains_on_the_same_batches_in_the_same_order():
     assert float(plain_diagnostics['loss']) == float(ahead_diagnostics['loss'])
     assert plain_backend.metrics()['sampled'] == ahead_backend.metrics()['sampled'] == \
         STEPS * BATCH
+
+
+def test_a_stacked_chunk_trains_exactly_as_the_sampling_chunk_on_the_same_batches():
+    plain, plain_backend, plain_diagnostics = _trained(False)
+    stacked, stacked_backend, stacked_diagnostics = _trained(False, stacked=True)
+    assert int(stacked.train_step_counter.numpy()) == STEPS
+    for a, b in zip(plain.trainable_variables, stacked.trainable_variables):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-6, atol=1e-7)
+    assert float(stacked_diagnostics['loss']) == pytest.approx(
+        float(plain_diagnostics['loss']), rel=1e-6)
+    assert stacked_diagnostics['all_finite']
+    assert stacked_backend.metrics()['sampled'] == plain_backend.metrics()['sampled']
 
 
 def test_the_weight_norm_diagnostic_counts_weights_not_the_step_counter():
