@@ -27,6 +27,7 @@ from bench import (
     distributed,
     dqn_speed,
     frame_codecs,
+    latency,
     learner_alone,
     preprocessing_overhead,
     sac_speed,
@@ -43,6 +44,7 @@ SECTIONS = [
     ('atari_speed', atari_speed.section),
     ('distributed', distributed.section),
     ('learner_alone', learner_alone.section),
+    ('latency', latency.section),
 ]
 DEFAULT_OUTPUT = os.path.join(timing.REPO_ROOT, 'docs', 'benchmarks.md')
 

@@ -59,12 +59,16 @@ class ServerLink:
       flush_every: items a collector's writer buffers before it sends them.
       server: the `buffers.reverb.server.ReplayServer` the replay role owns (its port,
         rate limiter, weights table, checkpoints), started here with the replay table.
+      samples_in_flight: windows the learner keeps requested ahead per sampling stream
+        (None: Reverb's backend default, twice the batch). A whole learner call's worth
+        keeps the pipeline full across a round trip of several ms to another machine.
     """
 
     timeout_s: float
     address: Optional[str] = None
     flush_every: int = 256
     server: Any = None
+    samples_in_flight: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -192,7 +196,8 @@ def _server_options(mode, link):
         # No writer stream to break when the server goes away; Reverb's own worker count
         # for the learner's stream: with a fixed 2 workers a killed server crashed the
         # learner natively (malloc) in about half the outages.
-        options.update(read_only=True, num_workers_per_iterator=-1)
+        options.update(read_only=True, num_workers_per_iterator=-1,
+                       max_in_flight_samples_per_worker=link.samples_in_flight)
     return options
 
 

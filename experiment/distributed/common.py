@@ -19,7 +19,7 @@ from envs.suite import make_env
 from experiment import staged_agent
 from experiment.distributed import config
 from experiment.distributed.config import REPLAY_TABLE
-from experiment.replay import ServerLink, build_replay
+from experiment.replay import Mode, ServerLink, build_replay
 from experiment.summaries import SummaryWriter
 
 ROLE_DIRS = {'replay': 'replay', 'learn': 'learner', 'eval': 'eval'}
@@ -76,8 +76,10 @@ def remote_backend(mode, params, settings, agent, *, num_envs, address, seed):
     The same `ReplayBackend` (layout, priorities, ids) a single-process Reverb run
     uses, from the one replay assembly; every wait is bounded by `settings.timeout_s`.
     """
+    in_flight = settings.learner_steps_per_call * params.batch_size \
+        if mode is Mode.LEARNER else None
     link = ServerLink(timeout_s=settings.timeout_s, address=address,
-                      flush_every=settings.flush_every)
+                      flush_every=settings.flush_every, samples_in_flight=in_flight)
     return build_replay(mode, params, agent, num_envs=num_envs, seed=seed, link=link).backend
 
 
