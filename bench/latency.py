@@ -122,16 +122,6 @@ def _start_proxy(target_port, delay_ms, log_dir):
     return proc, log, port
 
 
-def _stop(proc, log):
-    proc.send_signal(2)
-    try:
-        proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    log.close()
-
-
 def measure_workload(name, config, transitions, gradient_steps, opts):
     """{delay_ms: {learner, collector}} for one workload."""
     from experiment.distributed.cluster import free_port
@@ -169,11 +159,11 @@ def measure_workload(name, config, transitions, gradient_steps, opts):
                 learner = learner_alone._read_json(
                     os.path.join(learner_root, 'learner', 'metrics.json'))
             finally:
-                _stop(proxy, proxy_log)
+                learner_alone.stop(proxy, proxy_log)
             results[delay] = {'learner': learner['train_steps_per_sec'],
                               'collector': inserts['rate']}
     finally:
-        _stop(server, server_log)
+        learner_alone.stop(server, server_log)
         shutil.rmtree(root, ignore_errors=True)
     return name, results
 

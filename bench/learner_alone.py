@@ -139,6 +139,17 @@ def _start_server(config, bindings, root, port, log_dir):
                             start_new_session=True), log
 
 
+def stop(proc, log):
+    """SIGINT (a role saves and exits), SIGKILL after 60 s; closes its log."""
+    proc.send_signal(2)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    log.close()
+
+
 def _wait_for(address, server, timeout_s=120):
     import reverb
 
@@ -190,12 +201,7 @@ def measure_workload(name, config, extra, transitions, gradient_steps, opts):
                                                         config, bindings, transitions, seconds),
                                     opts.log_dir)
     finally:
-        server.send_signal(2)
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-        log.close()
+        stop(server, log)
         shutil.rmtree(root, ignore_errors=True)
     return {'name': name, 'learner': learner['train_steps_per_sec'],
             'learner_steps': learner['train_steps'], 'alone': alone['rate'],
