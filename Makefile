@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed-lock
 GIN ?= configs/dqn_cartpole.gin
 SWEEP ?= configs/sweeps/dqn_lr.yaml
 ARGS ?=
-COLLECTORS ?= 2
+COLLECTORS ?= auto
 # make test runs one pytest worker per core (whole files per worker, so module fixtures are built once).
 TEST_WORKERS ?= 2
 DIST_GIN ?= configs/sac_pendulum_distributed.gin

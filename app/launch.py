@@ -1,9 +1,10 @@
 """Starts every role of a distributed run on this machine; stops them all on Ctrl-C.
 
     python -m app.launch --gin_file=configs/sac_pendulum_distributed.gin \\
-        [--collectors=2] [--root_dir=...] [--port=N] [--seed=0] [--bind_all_interfaces]
+        [--collectors=auto] [--root_dir=...] [--port=N] [--seed=0] [--bind_all_interfaces]
 
-(`make train-distributed COLLECTORS=2`.) Each role is `train.py --role=...` in
+(`make train-distributed COLLECTORS=2`.) `--collectors=auto` (the default) fits the
+machine (`experiment.distributed.config.auto_collectors`). Each role is `train.py --role=...` in
 its own process and session, logging to `<root_dir>/logs/<role>.log`. The
 launcher starts the replay server, waits until it answers, starts the
 learner, the collectors and the evaluator, prints a progress line every
@@ -30,10 +31,25 @@ from experiment.distributed import net
 from experiment.distributed.cluster import Cluster, free_port, run_cluster
 
 
+def _collectors(value):
+    if value == 'auto':
+        return value
+    try:
+        count = int(value)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"give a whole number of at least 1, or 'auto' "
+                                         f"(got {value!r})")
+    return count
+
+
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_gin_flags(parser)
-    parser.add_argument('--collectors', type=int, default=2, help='Collector processes.')
+    parser.add_argument('--collectors', type=_collectors, default='auto',
+                        help="Collector processes, or 'auto' (default): the CPUs this "
+                             "process may use minus 2, at least 2 and at most 8.")
     parser.add_argument('--root_dir', default=None,
                         help='Run directory (default: runs/<first config name>/seed_<seed>).')
     parser.add_argument('--port', type=int, default=None, help='Replay port (default: free).')
@@ -53,8 +69,6 @@ def parse_args(argv):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    if args.collectors < 1:
-        raise UserError(f"--collectors must be at least 1, got {args.collectors}.")
     if not args.bind_all_interfaces and not net.in_private_namespace() and \
             net.exposed_interfaces():
         command = net.private_namespace_command([sys.executable, '-m',
@@ -72,10 +86,17 @@ def main(argv=None):
     params, settings = config.run_params(), config.settings()
     config.validate(settings, params)
     root_dir = args.root_dir or cli.default_root_dir(args.gin_file, args.seed)
+    collectors = args.collectors
+    if collectors == 'auto':
+        cpus = len(os.sched_getaffinity(0))
+        collectors = config.auto_collectors(cpus)
+        if not args.quiet:
+            print(f'collectors: {collectors} (--collectors=auto on {cpus} CPUs; '
+                  '--collectors=N to choose)', flush=True)
     cluster = Cluster(gin_files=args.gin_file, gin_bindings=args.gin_bindings,
                       root_dir=root_dir, port=args.port or free_port(), seed=args.seed,
                       force=args.force, bind_all_interfaces=args.bind_all_interfaces)
-    return run_cluster(cluster, collectors=args.collectors, eval_role=not args.no_eval,
+    return run_cluster(cluster, collectors=collectors, eval_role=not args.no_eval,
                        settings=settings, params=params, verbose=not args.quiet)
 
 

@@ -219,8 +219,21 @@ def _read_json(path):
         raise timing.BenchError(f'no learner metrics at {path}: {error}') from None
 
 
+_MEASURED = {}  # (workload name, quick) -> its measurement, shared with bench/scaling.py
+
+
+def measured(name, opts):
+    """`measure_workload` of the workload `name`, once per process (make bench's sections
+    learner_alone and scaling both report it)."""
+    key = (name, opts.quick)
+    if key not in _MEASURED:
+        workload = next(w for w in WORKLOADS if w[0] == name)
+        _MEASURED[key] = measure_workload(*workload, opts)
+    return _MEASURED[key]
+
+
 def section(opts):
-    rows = [measure_workload(*workload, opts) for workload in WORKLOADS]
+    rows = [measured(workload[0], opts) for workload in WORKLOADS]
     return render(rows, opts)
 
 

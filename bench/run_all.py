@@ -4,12 +4,16 @@
     .venv/bin/python -m bench.run_all --quick    # shrunk budgets, to test the harness
     make bench ARGS='--cpus=all'                 # don't pin to one core
     make bench TORCH_PYTHON=/tmp/torchvenv/bin/python   # measure the PyTorch SAC peer too
+    .venv/bin/python -m bench.run_all --only learner_alone --update   # re-measure one section
 
 How each section measures: bench/__init__.py. Runs are pinned to one core (`taskset -c 0`)
 by default because the reference numbers are per core; the machine should be otherwise quiet.
 `SECTIONS` lists (name, function): each takes the parsed options (`timing.options_parser`)
 and returns a markdown section. docs/benchmarks.md is the header plus every section, printed
 too, and is written only by a run of all sections in full mode, unless --output is given.
+Each section in the document follows a `<!-- section: NAME -->` marker, so `--update`
+re-measures only the sections named with --only and replaces them in place, each with a
+line saying when and by which command it was re-measured; the other sections stay as they were.
 A new benchmark is a module with a `section` (and a `main` through `timing.standalone_main`
 for a document of its own), listed here.
 """
@@ -31,6 +35,7 @@ from bench import (
     learner_alone,
     preprocessing_overhead,
     sac_speed,
+    scaling,
     timing,
 )
 
@@ -45,6 +50,7 @@ SECTIONS = [
     ('distributed', distributed.section),
     ('learner_alone', learner_alone.section),
     ('latency', latency.section),
+    ('scaling', scaling.section),
 ]
 DEFAULT_OUTPUT = os.path.join(timing.REPO_ROOT, 'docs', 'benchmarks.md')
 
@@ -55,8 +61,38 @@ def parse_args(argv):
         f'{os.path.relpath(DEFAULT_OUTPUT)} for a full run of every section).')
     parser.add_argument('--only', action='append', choices=[name for name, _ in SECTIONS],
                         help='Run only this section (repeatable); the doc is then not written '
-                             'unless --output is given.')
-    return timing.parse_options(parser, argv)
+                             'unless --output or --update is given.')
+    parser.add_argument('--update', action='store_true',
+                        help='Replace only the --only sections in the existing document '
+                             f'(--output, default {os.path.relpath(DEFAULT_OUTPUT)}).')
+    opts = timing.parse_options(parser, argv)
+    if opts.update and (not opts.only or opts.quick):
+        parser.error('--update re-measures the sections named by --only, in full mode: '
+                     'give --only NAME and leave out --quick.')
+    return opts
+
+
+def marker(name):
+    return f'<!-- section: {name} -->'
+
+
+def replace_sections(document, new_parts):
+    """`document` with each {name: text} of `new_parts` in place of its marked section.
+
+    A section runs from its marker to the next marker or the closing `_Whole run` line; a
+    section the document lacks is added before that line.
+    """
+    trailer = document.rfind('\n_Whole run:')
+    body, tail = (document, '') if trailer < 0 else (document[:trailer + 1],
+                                                      document[trailer + 1:])
+    for name, text in new_parts.items():
+        start = body.find(marker(name))
+        if start < 0:
+            body = body.rstrip('\n') + '\n\n' + text
+            continue
+        following = body.find('<!-- section: ', start + len(marker(name)))
+        body = body[:start] + text + ('\n' + body[following:] if following >= 0 else '')
+    return body.rstrip('\n') + '\n\n' + tail
 
 
 def header(argv, started):
@@ -81,8 +117,19 @@ def main(argv=None):
     opts = parse_args(argv)
     started = datetime.datetime.now(datetime.timezone.utc)
     clock = time.perf_counter()
-    output = opts.output or (DEFAULT_OUTPUT if not opts.quick and not opts.only else None)
+    output = opts.output or (DEFAULT_OUTPUT if opts.update or not (opts.quick or opts.only)
+                             else None)
+    document = None
+    if opts.update:
+        try:
+            with open(output) as f:
+                document = f.read()
+        except OSError as error:
+            print(f'Cannot update {output} ({error.strerror}): run without --update to '
+                  'write it whole.', file=sys.stderr)
+            return 1
     parts = [header(argv, started)]
+    new_parts = {}
     failed = False
     try:
         for name, section in SECTIONS:
@@ -90,7 +137,8 @@ def main(argv=None):
                 continue
             print(f'== {name} ==', flush=True)
             try:
-                parts.append(section(opts))
+                new_parts[name] = f'{marker(name)}\n' + section(opts)
+                parts.append(new_parts[name])
             except timing.BenchError as error:
                 failed = True
                 print(f'error: {error}', file=sys.stderr, flush=True)
@@ -102,7 +150,14 @@ def main(argv=None):
     parts.append(f'_Whole run: {minutes:.1f} min; load average at the end {load}._\n')
     text = '\n'.join(parts)
     print('\n' + text, flush=True)
-    if output and not failed:
+    if output and not failed and document is not None:
+        note = (f'_Section re-measured {started:%Y-%m-%d %H:%M %Z} by `python -m '
+                f'bench.run_all {shlex.join(argv)}` on {timing.cpu_model()} (load average at '
+                f'the end {load})._\n')
+        timing.write_doc(output, replace_sections(
+            document, {name: text + '\n' + note for name, text in new_parts.items()}))
+        print(f'Updated {", ".join(new_parts)} in {output}', flush=True)
+    elif output and not failed:
         timing.write_doc(output, text)
         print(f'Wrote {output}', flush=True)
     elif output:

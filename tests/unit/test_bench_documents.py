@@ -1,0 +1,75 @@
+"""The benchmark documents' plumbing: section replacement in place, and the scaling model."""
+
+import pytest
+
+from bench import run_all, scaling
+
+DOCUMENT = '\n'.join([
+    '# Benchmarks', '', 'header', '',
+    run_all.marker('a'), '## A', 'old a', '',
+    run_all.marker('b'), '## B', 'old b', '',
+    '_Whole run: 3.0 min._', ''])
+
+
+def test_update_replaces_only_the_named_section_and_keeps_the_rest():
+    new = run_all.replace_sections(DOCUMENT, {'a': run_all.marker('a') + '\n## A\nnew a\n'})
+    assert 'new a' in new and 'old a' not in new
+    assert new.index('new a') < new.index('## B') < new.index('old b') < new.index('_Whole run')
+    assert new.startswith('# Benchmarks\n\nheader\n')
+
+
+def test_update_adds_a_missing_section_before_the_closing_line():
+    new = run_all.replace_sections(DOCUMENT, {'c': run_all.marker('c') + '\n## C\nc\n'})
+    assert new.index('old b') < new.index('## C') < new.index('_Whole run')
+    assert 'old a' in new
+
+
+def test_update_needs_the_sections_it_names():
+    with pytest.raises(SystemExit):
+        run_all.parse_args(['--update'])
+    with pytest.raises(SystemExit):
+        run_all.parse_args(['--update', '--only', 'scaling', '--quick'])
+
+
+def test_scaling_model_follows_from_the_measured_costs():
+    phases = [{'kind': 'insert', 'cpu_ms_per_1000': 20.0},
+              {'kind': 'insert', 'cpu_ms_per_1000': 30.0},  # the costliest is used
+              {'kind': 'sample', 'cpu_ms_per_1000': 5.0}]
+    row = scaling.model_row('w', ratio=0.5, batch_size=64, collector=1_000.0, learner=400.0,
+                            alone=500.0, sampling=32_000.0, phases=phases)
+    # 400 gradient steps/s at 0.5 per env step: 800 env steps/s, 0.8 collectors of 1,000.
+    assert row['collectors'] == pytest.approx(0.8)
+    # 800 inserts/s x 30 us + 400 x 64 samples/s x 5 us = 0.024 + 0.128 cores.
+    assert row['server_cores'] == pytest.approx(0.152)
+    # A learner at 10x the gradient steps alone: 5,000 steps/s, 10,000 env steps/s.
+    assert row['fast_collectors'] == pytest.approx(10.0)
+    assert row['fast_input_cores'] == pytest.approx(5_000 * 64 / 32_000)
+    assert row['per_10k'] == pytest.approx(1e4 * (30 + 0.5 * 64 * 5) / 1e6)
+
+
+def test_scaling_writes_its_table_between_the_markers_only(tmp_path):
+    doc = tmp_path / 'distributed.md'
+    doc.write_text(f'before\n\n{scaling.BEGIN_MARK}\n\nold table\n\n{scaling.END_MARK}\n\nafter\n')
+    row = scaling.model_row('DQN X', 1.0, 32, 100.0, 50.0, 60.0, 10_000.0,
+                            [{'kind': 'insert', 'cpu_ms_per_1000': 10.0},
+                             {'kind': 'sample', 'cpu_ms_per_1000': 2.0}])
+    scaling.update_distributed_doc([row], path=str(doc))
+    text = doc.read_text()
+    assert 'old table' not in text and '| DQN X |' in text
+    assert text.startswith('before\n') and text.endswith(f'{scaling.END_MARK}\n\nafter\n')
+
+
+def test_scaling_refuses_a_document_without_its_markers(tmp_path):
+    doc = tmp_path / 'distributed.md'
+    doc.write_text('no markers\n')
+    with pytest.raises(Exception, match='scaling-model'):
+        scaling.update_distributed_doc([], path=str(doc))
+    assert doc.read_text() == 'no markers\n'
+
+
+def test_a_learner_step_splits_into_training_sampling_and_the_rest():
+    # 100 steps/s = 10 ms; training alone at 200/s = 5 ms; 64 windows at 32,000/s = 2 ms.
+    training, sampling, rest = scaling.step_split(
+        {'learner': 100.0, 'alone': 200.0, 'batch_size': 64, 'windows_per_sec': 32_000.0})
+    assert (training, sampling) == pytest.approx((5.0, 2.0))
+    assert rest == pytest.approx(3.0)
