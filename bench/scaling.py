@@ -17,8 +17,9 @@ windows/s, which at the measured CPU per window needs that many server cores. A 
 learner (a GPU at 10x the single-process gradient rate) multiplies both, and its input
 pipeline needs L x B / (sampling windows/s per core) CPU cores of its own.
 
-Writes docs/scaling.md, and the model's table into docs/distributed.md between its
-`scaling-model` markers.
+In full mode it writes docs/scaling.md, and the model's table into docs/distributed.md
+between its `scaling-model` markers; as a `make bench` section it adds the model's table
+to docs/benchmarks.md. `--quick` only prints (its numbers are not a benchmark).
 """
 
 import math
@@ -125,9 +126,17 @@ def section(opts):
                         row['collector'], row['learner']['learner'], row['learner']['alone'],
                         row['learner']['windows_per_sec'], capacity[row['windows']]['phases'])
               for row in rows]
-    if not opts.quick:
-        update_distributed_doc(models)
-    return render(capacity, rows, models, opts)
+    document = render(capacity, rows, models, opts)
+    if opts.quick:
+        return document
+    timing.write_doc(SCALING_DOC, document)
+    update_distributed_doc(models)
+    print(f'Wrote {os.path.relpath(SCALING_DOC)} and the model in '
+          f'{os.path.relpath(DISTRIBUTED_DOC)}', flush=True)
+    return '\n'.join([
+        '## Scaling: the model', '',
+        'The whole measurement (each role on one core, one server\'s capacity) is in '
+        '[scaling.md](scaling.md), written by this run.', '', _model_table(models), ''])
 
 
 def step_split(learner):
@@ -170,11 +179,11 @@ def render(capacity, rows, models, opts):
           f"{row['learner']['alone']:,.0f}", f"{row['learner']['windows_per_sec']:,.0f}",
           *(f'{ms:.2f}' for ms in step_split(row['learner']))] for row in rows], 'lrrrrrrr')
     return '\n'.join([
-        '## Scaling: what each role costs, what one server absorbs, and a model', '',
+        '# Scaling: what each role costs, what one server absorbs, and a model', '',
         f'Written by `{command}` (a `make bench` section) on {timing.cpu_model()}, '
         f'{os.cpu_count()} CPUs; do not edit by hand. Every measurement ran with nothing else '
         'on the machine: the measured role pinned to core 0, the replay server to core 1.', '',
-        '### Each role on one core', '',
+        '## Each role on one core', '',
         'The collector is the real collector work (env, the agent\'s collect policy, writes '
         'to the server); the learner is the real learner role against a pre-filled server '
         '(bench/learner_alone.py); "gradient steps alone" is the single-process training '
@@ -184,7 +193,7 @@ def render(capacity, rows, models, opts):
         'competing for one core); a negative rest means sampling overlapped the step.', '',
         roles, '',
         server_capacity.render(capacity),
-        '### The model', '',
+        '## The model', '',
         _model_table(models), '',
         'How to read it: at the config\'s replay ratio r (gradient steps per env step), a '
         'learner at L gradient steps/s uses L / r env steps/s, that is L / (r × one collector\'s '

@@ -243,7 +243,7 @@ def render(results):
                          f"{phase['cpu_ms_per_1000']:,.1f}", f"{phase['busy']:.0%}",
                          f"{capacity(phase):,.0f}"])
     return '\n'.join([
-        '### What one Reverb replay server absorbs', '',
+        '## What one Reverb replay server absorbs', '',
         'The server (the replay role) pinned to '
         'core 1, every client process to core 0; the rate limiter open wide. Windows/s and '
         'CPU are the server\'s own counters; MB/s is the loopback device\'s bytes (the wire). '
