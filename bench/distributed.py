@@ -66,11 +66,10 @@ def render(measured, opts):
                      f'{rate.rate:,.0f}', f'{grad_rate:,.0f}', f'{rate.rate / reference:.2f}x'])
     out += [timing.markdown_table(
         ['system', 'Δ env steps', 'Δ seconds', 'env steps/s', 'gradient steps/s',
-         'ratio vs one process'], rows), '',
-        '### Runs', '', harness.runs_table(measured), '',
-        'Distributed env steps are the replay table\'s inserted transitions (collectors '
-        'overshoot the budget by at most a chunk each).', '']
-    out += harness.commands_block(measured, opts)
+         'ratio vs one process'], rows), '']
+    out += harness.runs_section(
+        measured, opts, 'Distributed env steps are the replay table\'s inserted transitions '
+        '(collectors overshoot the budget by at most a chunk each).')
     if opts.quick:
         out += [harness.QUICK_NOTE, '']
     return '\n'.join(out)

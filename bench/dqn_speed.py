@@ -137,12 +137,12 @@ def render(measured, opts):
     out += ['### Process exit latency', '',
             'Time from the last line a run prints to the moment the process has exited '
             f'(every run above). Requirement: ours exits within {EXIT_LIMIT_S:.0f} s.', '',
-            exits, '', '### Runs', '', harness.runs_table(measured), '',
-            'Budgets are `--num_iterations` for the example (1 env step + 1 gradient step each, '
-            f'after {TFA_INITIAL_COLLECT:,} random steps) and `run.num_env_steps` for ours '
-            '(initial random steps included); env and gradient steps are read back from each '
-            "run's output.", '']
-    out += harness.commands_block(measured, opts)
+            exits, '']
+    out += harness.runs_section(
+        measured, opts, 'Budgets are `--num_iterations` for the example (1 env step + 1 '
+        f'gradient step each, after {TFA_INITIAL_COLLECT:,} random steps) and '
+        '`run.num_env_steps` for ours (initial random steps included); env and gradient steps '
+        "are read back from each run's output.")
     out += ['Notes on the TF-Agents example:', '',
             '- Run as shipped in tf-agents 0.19.0 with its gym 0.23 suite; it defaults to '
             "CartPole-v0 (200-step episodes), here `env_name='CartPole-v1'` (500 steps) to "

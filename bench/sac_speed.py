@@ -174,13 +174,12 @@ def render(measured, opts, peer=None):
     out += ['### Process exit latency', '', exits, '']
     if not exits_passed:
         out += ['**Exit latency requirement FAILED.**', '']
-    out += ['### Runs', '', harness.runs_table(measured), '',
-            'Budgets are `num_iterations` for the example (1 env step + 1 gradient step each, '
-            f'after {TFA_INITIAL_COLLECT:,} random steps) and `run.num_env_steps` for ours '
-            '(initial random steps included).', '']
     peer_lines = ['# PyTorch SAC peer (its own venv: pip install torch numpy<2 gymnasium)',
                   timing.shorten(peer['command'])] if peer else []
-    out += harness.commands_block(measured, opts, peer_lines)
+    out += harness.runs_section(
+        measured, opts, 'Budgets are `num_iterations` for the example (1 env step + 1 gradient '
+        f'step each, after {TFA_INITIAL_COLLECT:,} random steps) and `run.num_env_steps` for '
+        'ours (initial random steps included).', peer_lines)
     if opts.quick:
         out += [harness.QUICK_NOTE, '']
     return '\n'.join(out)
