@@ -73,8 +73,6 @@ def measure(name, kind, quick=False, insert_only=False):
 
     rss_before = inprocess.rss_bytes()
     system = build(name, kind, NUM_ENVS)
-    if hasattr(system, 'capacity_episodes'):
-        result['capacity_episodes'] = system.capacity_episodes
     result['insert_32'], written = measure_insert(system, seconds)
     log(f'{name}/{kind}: insert, {NUM_ENVS} envs: {result["insert_32"]:,.0f} transitions/s')
     if insert_only:
