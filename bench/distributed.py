@@ -10,8 +10,7 @@ from bench import harness, timing
 
 SINGLE_CONFIG = 'configs/sac_pendulum.gin'
 DISTRIBUTED_CONFIG = 'configs/sac_pendulum_distributed.gin'
-COMMON = ['run.eval_interval=0', 'run.num_eval_episodes=1', 'run.checkpoint_interval=1000000',
-          'run.best_policy_episodes=0', 'run.final_eval_episodes=0', 'run.final_video=False']
+COMMON = harness.NO_EXTRA_WORK + ['run.checkpoint_interval=1000000']
 FULL_BUDGETS = (3_000, 9_000)
 QUICK_BUDGETS = (1_500, 2_500)
 
