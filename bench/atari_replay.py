@@ -30,36 +30,32 @@ PLAN = [(game, layout) for game in GAMES for layout in ('lz4', 'zlib', 'none')] 
 K = 4
 
 
-def _spec(tf, trajectory, observation_shape):
-    return trajectory.Trajectory(
-        step_type=tf.TensorSpec([], tf.int32),
-        observation=tf.TensorSpec(observation_shape, tf.uint8),
-        action=tf.TensorSpec([], tf.int64), policy_info=(),
-        next_step_type=tf.TensorSpec([], tf.int32), reward=tf.TensorSpec([], tf.float32),
-        discount=tf.TensorSpec([], tf.float32))
-
-
 def _build(layout, capacity):
     """The `add` of a buffer of `layout` holding `capacity` transitions."""
-    import tensorflow as tf
     from tf_agents.replay_buffers import tf_uniform_replay_buffer
-    from tf_agents.trajectories import trajectory
 
-    from buffers.frames import FrameStackedReplay
-    from buffers.uniform import UniformReplay
+    from bench.buffer_adapters import data_spec
 
-    stacked = _spec(tf, trajectory, [84, 84, K])
     if layout == 'control':
         return lambda items: None
     if layout == 'tf_agents':
-        buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(stacked, batch_size=1,
+        buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(data_spec('image'), batch_size=1,
                                                                 max_length=capacity)
 
         def add_batch(items):
             buffer.add_batch(items)  # returns an Operation, which tf.function cannot return
         return add_batch
-    return FrameStackedReplay(UniformReplay, stacked, num_frames=K, capacity=capacity,
-                              batch_size=32, num_steps=2, codec=layout).add
+    return _frame_replay(layout, capacity, num_steps=2).add
+
+
+def _frame_replay(codec, capacity, num_steps):
+    """This project's FrameStackedReplay of [84, 84, K] stacks (bench.buffer_adapters' images)."""
+    from bench.buffer_adapters import data_spec
+    from buffers.frames import FrameStackedReplay
+    from buffers.uniform import UniformReplay
+
+    return FrameStackedReplay(UniformReplay, data_spec('image'), num_frames=K,
+                              capacity=capacity, batch_size=32, num_steps=num_steps, codec=codec)
 
 
 def _frames(game, count, seed=0):
@@ -103,35 +99,35 @@ def _chunks(game, transitions, stacks):
         yield [np.stack(column) for column in zip(*buffered)]
 
 
+def _filler(add):
+    """A compiled loop that `add`s one chunk from `_chunks` step by step."""
+    import tensorflow as tf
+    from tf_agents.trajectories import trajectory
+
+    def fill(step_type, observation, action, reward, discount):
+        for t in tf.range(tf.shape(step_type)[0]):
+            add(trajectory.Trajectory(
+                step_type=step_type[t], observation=observation[t], action=action[t],
+                policy_info=(), next_step_type=step_type[t], reward=reward[t],
+                discount=discount[t]))
+    return tf.function(fill)
+
+
 def measure_memory(game, layout, transitions):
     """RSS growth per transition of one layout filled with `transitions` real frames.
 
     Steps are added inside one compiled loop per CHUNK, as the collect loop adds them
     (an eager call per step would charge TF's per-call overheads to the buffer).
     """
-    import tensorflow as tf
-    from tf_agents.trajectories import trajectory
-
     from core.quiet import quiet_startup
     quiet_startup()
-    stacks = layout == 'tf_agents'
-
-    def filler(add):
-        def fill(step_type, observation, action, reward, discount):
-            for t in tf.range(tf.shape(step_type)[0]):
-                add(trajectory.Trajectory(
-                    step_type=step_type[t], observation=observation[t], action=action[t],
-                    policy_info=(), next_step_type=step_type[t], reward=reward[t],
-                    discount=discount[t]))
-        return tf.function(fill)
-
-    chunks = _chunks(game, transitions, stacks)
+    chunks = _chunks(game, transitions, stacks=layout == 'tf_agents')
     first = next(chunks)
     # Warm-up: a small buffer of the same layout, traced and filled, so TF's one-off
     # allocations (kernels, tracing) are in the baseline, not charged to the transitions.
-    filler(_build(layout, 64))(*[column[:8] for column in first])
+    _filler(_build(layout, 64))(*[column[:8] for column in first])
     before = inprocess.rss_bytes()
-    fill = filler(_build(layout, transitions))
+    fill = _filler(_build(layout, transitions))
     fill(*first)
     del first
     for chunk in chunks:
@@ -144,27 +140,18 @@ def measure_memory(game, layout, transitions):
 def measure_speed(transitions, rounds=200):
     """Sampling rate of stacked windows vs one Nature-CNN gradient step (one core)."""
     import tensorflow as tf
-    from tf_agents.trajectories import trajectory
 
-    from buffers.frames import FrameStackedReplay
-    from buffers.uniform import UniformReplay
     from core.quiet import quiet_startup
     from core.tf_setup import configure_tf
     quiet_startup()
     configure_tf(0, 1)
-    frames = [(t.observation, t.step_type) for t, _ in _frames('ALE/Pong-v5', transitions)]
-    stacked = _spec(tf, trajectory, [84, 84, K])
+    chunks = list(_chunks('ALE/Pong-v5', transitions, stacks=False))
     results = {}
     for codec in ('none', 'lz4', 'zlib'):
-        buffer = FrameStackedReplay(UniformReplay, stacked, num_frames=K, capacity=transitions,
-                                    batch_size=32, num_steps=4, codec=codec)
-        add = tf.function(buffer.add)
-        for observation, step_type in frames:
-            add(trajectory.Trajectory(
-                step_type=tf.constant(step_type), observation=tf.constant(observation),
-                action=tf.zeros([1], tf.int64), policy_info=(),
-                next_step_type=tf.constant(step_type), reward=tf.zeros([1]),
-                discount=tf.ones([1])))
+        buffer = _frame_replay(codec, transitions, num_steps=4)
+        fill = _filler(buffer.add)
+        for chunk in chunks:
+            fill(*chunk)
         for num_steps in (2, 4):
             sample = tf.function(lambda n=num_steps, b=buffer: b.sample(32, n)[0].observation)
             results[f'{codec}, {num_steps}-step windows'] = inprocess.rate(sample, 1,

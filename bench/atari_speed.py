@@ -18,10 +18,9 @@ import sys
 from bench import harness, timing
 
 CONFIG = 'configs/dqn_atari.gin'
-COMMON = ['run.best_policy_episodes=0', 'run.final_eval_episodes=0', 'run.final_video=False',
-          'run.eval_interval=0', 'run.num_eval_episodes=1', 'run.export_final_policy=False',
-          'run.replay_capacity=100000', 'run.initial_collect_steps=1000',
-          'run.checkpoint_interval=0', 'eval/atari_env.max_episode_frames=400']
+COMMON = harness.NO_EXTRA_WORK + [
+    'run.export_final_policy=False', 'run.replay_capacity=100000', 'run.initial_collect_steps=1000',
+    'run.checkpoint_interval=0', 'eval/atari_env.max_episode_frames=400']
 VARIANTS = [
     ('LZ4 replay, 1 core', ['FrameStackedReplay.codec="lz4"'], '0'),
     ('raw replay, 1 core', ['FrameStackedReplay.codec="none"'], '0'),

@@ -166,7 +166,7 @@ class OurSystem:
         self._tf = tf
 
     def insert(self, start, n):
-        self._insert(self._tf.constant(start, self._tf.int64), self._tf.constant(n, self._tf.int64))
+        self._insert(start, n)
         if self._reverb:
             self._backend.metrics()  # flushes: the items are on the server
 
@@ -226,8 +226,7 @@ class _TfaSystem:
         self._paths = self._buffer = None
 
     def insert(self, start, n):  # through `self._insert`, an in-graph add
-        import tensorflow as tf
-        self._insert(tf.constant(start, tf.int64), tf.constant(n, tf.int64))
+        self._insert(start, n)
 
     def read_paths(self):
         if self._paths is None:
@@ -287,9 +286,8 @@ class TfaEpisodicSystem(_TfaSystem):
         super().__init__(kind, num_envs)
         # Capacity counts episodes: 100k transitions of EPISODE_LENGTH-item episodes,
         # plus one slot per env copy for the episodes still being written.
-        self.capacity_episodes = math.ceil(CAPACITY / EPISODE_LENGTH) + num_envs
-        self._buffer = erb.EpisodicReplayBuffer(self._spec, capacity=self.capacity_episodes,
-                                                seed=0)
+        capacity = math.ceil(CAPACITY / EPISODE_LENGTH) + num_envs
+        self._buffer = erb.EpisodicReplayBuffer(self._spec, capacity=capacity, seed=0)
         self._stateful = erb.StatefulEpisodicReplayBuffer(self._buffer, num_episodes=num_envs)
         self._insert = _insert_function(self._stateful.add_batch, self.stream)
 

@@ -1,9 +1,10 @@
 """The measuring side of the replay-buffer benchmark: one system and data kind per process.
 
-`bench/buffers.py` runs this module once per (system, data kind), pinned like
-every other benchmark run, and reads one JSON line back:
+`bench/buffers.py` runs `measure` once per (system, data kind) in a fresh interpreter
+(`timing.call_command`), pinned like every other benchmark run, and reads its JSON back. Alone:
 
-    taskset -c 0 .venv/bin/python -m bench.buffer_systems --system uniform --kind image [--quick]
+    taskset -c 0 .venv/bin/python -c \
+        "from bench.buffer_systems import measure; print(measure('uniform', 'image'))"
 
 Why a process each: image buffers hold ~2.8 GB, Reverb servers and tf.data
 iterators keep threads, Reverb tables' memory is read from the process RSS,
@@ -12,18 +13,15 @@ and TF-Agents' `ReverbReplayBuffer` must be built only once per process (see
 What each number means is written out in the section's text, `buffers.render`.
 """
 
-import argparse
 import gc
-import json
 import math
-import os
 import sys
 import time
 
 import numpy as np
 
 from bench import inprocess
-from bench.buffer_adapters import CAPACITY, KINDS, NUM_ENVS, SYSTEMS, Stream, build
+from bench.buffer_adapters import CAPACITY, NUM_ENVS, Stream, build
 
 # Transitions in each buffer before sampling. Reverb tables get fewer: they take
 # items at a few thousand per second, and their samplers' cost does not grow
@@ -55,33 +53,31 @@ def measure_insert(system, seconds):
     return chunk * len(times) * system.stream.num_envs / sum(times), written[0]
 
 
-def measure_insert_only(name, kind, budget):
-    """Only the 32-env insert rate: one of the interleaved repeats `bench/buffers.py` pairs."""
-    system = build(name, kind, NUM_ENVS)
-    rate, _ = measure_insert(system, budget['seconds'])
-    log(f'{name}/{kind}: insert, {NUM_ENVS} envs: {rate:,.0f} transitions/s')
-    system.close()
-    return {'obs_bytes': Stream(kind, 1).obs_bytes, 'insert_32': rate}
+def measure(name, kind, quick=False, insert_only=False):
+    """Every measurement of system `name` on data `kind`; returns a JSON-able dict.
 
-
-def measure_kind(name, kind, budget):
-    """Every measurement of system `name` on data `kind`; returns a JSON-able dict."""
+    `insert_only`: only the 32-env insert rate, one of the interleaved repeats
+    `bench/buffers.py` pairs.
+    """
+    budget = QUICK if quick else FULL
     seconds = budget['seconds']
     result = {'obs_bytes': Stream(kind, 1).obs_bytes}
 
-    system = build(name, kind, 1)
-    result['insert_1'], _ = measure_insert(system, seconds)
-    log(f'{name}/{kind}: insert, 1 env: {result["insert_1"]:,.0f} transitions/s')
-    system.close()
-    del system
-    gc.collect()
+    if not insert_only:
+        system = build(name, kind, 1)
+        result['insert_1'], _ = measure_insert(system, seconds)
+        log(f'{name}/{kind}: insert, 1 env: {result["insert_1"]:,.0f} transitions/s')
+        system.close()
+        del system
+        gc.collect()
 
     rss_before = inprocess.rss_bytes()
     system = build(name, kind, NUM_ENVS)
-    if hasattr(system, 'capacity_episodes'):
-        result['capacity_episodes'] = system.capacity_episodes
     result['insert_32'], written = measure_insert(system, seconds)
     log(f'{name}/{kind}: insert, {NUM_ENVS} envs: {result["insert_32"]:,.0f} transitions/s')
+    if insert_only:
+        system.close()
+        return result
     target = min(budget['reverb_fill'] if 'reverb' in name else budget['fill'][kind], CAPACITY)
     start = time.perf_counter()
     steps = math.ceil(target / NUM_ENVS)
@@ -111,31 +107,3 @@ def measure_kind(name, kind, budget):
         log(f'{name}/{kind}: {label}: {result["update"][label]:,.0f} keys/s')
     system.close()
     return result
-
-
-def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--system', required=True, choices=SYSTEMS)
-    parser.add_argument('--kind', action='append', choices=KINDS,
-                        help='Data kind (repeatable; default: all).')
-    parser.add_argument('--quick', action='store_true', help='Shrink fills and timings.')
-    parser.add_argument('--insert_only', action='store_true',
-                        help=f'Measure only the insert rate with {NUM_ENVS} envs.')
-    opts = parser.parse_args(argv)
-    os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
-    budget = QUICK if opts.quick else FULL
-    started = time.perf_counter()
-    results = {'system': opts.system, 'affinity': sorted(os.sched_getaffinity(0)), 'kinds': {}}
-    for kind in opts.kind or KINDS:
-        measure = measure_insert_only if opts.insert_only else measure_kind
-        results['kinds'][kind] = measure(opts.system, kind, budget)
-    results['wall_s'] = time.perf_counter() - started
-    print('RESULT ' + json.dumps(results), flush=True)
-    sys.stderr.flush()
-    # Skip interpreter finalization: tf.data iterators and Reverb clients can
-    # block it for seconds (see the DQN section's notes); everything is printed.
-    os._exit(0)
-
-
-if __name__ == '__main__':
-    main()

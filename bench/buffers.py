@@ -97,18 +97,13 @@ def insert_pairs(opts):
 
 
 def run_worker(system, kind, opts, insert_only=False):
-    """Runs one measuring process (bench/buffer_systems.py); returns its result for `kind`."""
-    cmd = [timing.python(), '-m', 'bench.buffer_systems', '--system', system, '--kind', kind]
-    cmd += ['--quick'] if opts.quick else []
-    cmd += ['--insert_only'] if insert_only else []
+    """Runs one measuring process (`buffer_systems.measure`); returns its result."""
+    cmd = timing.call_command('bench.buffer_systems.measure', system, kind, opts.quick,
+                              insert_only)
     label = f'buffers {system} {kind}' + (' insert-only' if insert_only else '')
-    start = time.perf_counter()
-    result = timing.child_result(label, timing.pin_prefix(opts.cpus) + cmd, opts.log_dir,
-                                 env={'TF_CPP_MIN_LOG_LEVEL': '2'}, progress=True,
-                                 timeout_s=WORKER_TIMEOUT_S)
-    data = result['kinds'][kind]
-    data['wall_s'] = time.perf_counter() - start
-    return data
+    return timing.child_result(label, timing.pin_prefix(opts.cpus) + cmd, opts.log_dir,
+                               env={'TF_CPP_MIN_LOG_LEVEL': '2'}, progress=True,
+                               timeout_s=WORKER_TIMEOUT_S)
 
 
 # -- Rendering ----------------------------------------------------------------------------------
@@ -282,50 +277,45 @@ def render(results, failures, opts, seconds):
 
 def acceptance(results):
     """[(check, measured, required, PASS/FAIL/n/a)] for the issue's acceptance ratios."""
-    def get(system, kind):
-        return results.get((system, kind))
-
     checks = []
 
     def check(name, value, minimum, fmt=show_ratio, required=None):
         verdict = 'n/a' if value is None else ('PASS' if value >= minimum else 'FAIL')
         checks.append((name, fmt(value), required or f'≥ {minimum:g}x', verdict))
 
-    def sample_ratio(system, kind):
-        ours, theirs = get(system, kind), get(REFERENCE[system], kind)
-        return ratio(headline_sample(ours), headline_sample(theirs)) if ours and theirs else None
+    def vs_reference(headline, system, kind):
+        return ratio(headline(results.get((system, kind))),
+                     headline(results.get((REFERENCE[system], kind))))
 
     def insert_ratio(system, kind):
         ratios = [r for r in results.get('insert_pairs', {}).get((system, kind), []) if r]
         return statistics.median(ratios) if ratios else None
 
     check('`uniform` sample vs `TFUniformReplayBuffer.as_dataset`, vectors',
-          sample_ratio('uniform', 'vector'), 1.5)
+          vs_reference(headline_sample, 'uniform', 'vector'), 1.5)
     check('`uniform` sample vs `TFUniformReplayBuffer.as_dataset`, images',
-          sample_ratio('uniform', 'image'), 1.0)
+          vs_reference(headline_sample, 'uniform', 'image'), 1.0)
     for kind in KINDS:
         check(f'`uniform` insert, 32 envs, vs `TFUniformReplayBuffer.add_batch`, {kind}s '
               '(median of pairs)', insert_ratio('uniform', kind), 1.0)
     check('`prioritized` sample vs TF-Agents Reverb prioritized `as_dataset`, vectors',
-          sample_ratio('prioritized', 'vector'), 25)
-    absolute = headline_sample(get('prioritized', 'vector'))
-    check('`prioritized` sample, vectors, absolute', absolute, 5e5,
+          vs_reference(headline_sample, 'prioritized', 'vector'), 25)
+    check('`prioritized` sample, vectors, absolute',
+          headline_sample(results.get(('prioritized', 'vector'))), 5e5,
           fmt=lambda v: 'n/a' if v is None else f'{rate(v)}/s', required='≥ 500k/s')
-    ours, theirs = get('prioritized', 'vector'), get('tfa_reverb_prioritized', 'vector')
     check('`prioritized` 256-key priority updates vs `ReverbReplayBuffer.update_priorities`',
-          ratio(headline_update(ours), headline_update(theirs)) if ours and theirs else None,
-          20)
+          vs_reference(headline_update, 'prioritized', 'vector'), 20)
     for kind in KINDS:
         check(f'`reverb_prioritized` sample vs `ReverbReplayBuffer.as_dataset`, {kind}s',
-              sample_ratio('reverb_prioritized', kind), 2)
+              vs_reference(headline_sample, 'reverb_prioritized', kind), 2)
     for kind in KINDS:
         check(f'`reverb_prioritized` insert, 32 envs, vs `ReverbAddTrajectoryObserver`, {kind}s '
               '(median of pairs)', insert_ratio('reverb_prioritized', kind), 2)
     for kind in KINDS:
         check(f'`episodic` sample vs `EpisodicReplayBuffer.as_dataset`, {kind}s',
-              sample_ratio('episodic', kind), 5)
+              vs_reference(headline_sample, 'episodic', kind), 5)
     for system in ('uniform', 'prioritized', 'episodic'):
-        data = get(system, 'image')
+        data = results.get((system, 'image'))
         value = (data['bytes_per_transition'] / data['obs_bytes']
                  if data and data.get('bytes_per_transition') else None)
         verdict = 'n/a' if value is None else ('PASS' if value <= MEMORY_LIMIT else 'FAIL')

@@ -10,8 +10,7 @@ from bench import harness, timing
 
 SINGLE_CONFIG = 'configs/sac_pendulum.gin'
 DISTRIBUTED_CONFIG = 'configs/sac_pendulum_distributed.gin'
-COMMON = ['run.eval_interval=0', 'run.num_eval_episodes=1', 'run.checkpoint_interval=1000000',
-          'run.best_policy_episodes=0', 'run.final_eval_episodes=0', 'run.final_video=False']
+COMMON = harness.NO_EXTRA_WORK + ['run.checkpoint_interval=1000000']
 FULL_BUDGETS = (3_000, 9_000)
 QUICK_BUDGETS = (1_500, 2_500)
 
@@ -66,11 +65,10 @@ def render(measured, opts):
                      f'{rate.rate:,.0f}', f'{grad_rate:,.0f}', f'{rate.rate / reference:.2f}x'])
     out += [timing.markdown_table(
         ['system', 'Δ env steps', 'Δ seconds', 'env steps/s', 'gradient steps/s',
-         'ratio vs one process'], rows), '',
-        '### Runs', '', harness.runs_table(measured), '',
-        'Distributed env steps are the replay table\'s inserted transitions (collectors '
-        'overshoot the budget by at most a chunk each).', '']
-    out += harness.commands_block(measured, opts)
+         'ratio vs one process'], rows), '']
+    out += harness.runs_section(
+        measured, opts, 'Distributed env steps are the replay table\'s inserted transitions '
+        '(collectors overshoot the budget by at most a chunk each).')
     if opts.quick:
         out += [harness.QUICK_NOTE, '']
     return '\n'.join(out)

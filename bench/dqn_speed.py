@@ -14,9 +14,7 @@ TFA_MODULE = 'tf_agents.agents.dqn.examples.v2.train_eval'
 TFA_INITIAL_COLLECT = 1000  # train_eval's default; env steps before iteration 1
 TFA_LOG_INTERVAL = 1000  # its default; budgets are multiples so the last log is the last step
 OURS_CONFIG = 'configs/dqn_cartpole.gin'
-OURS_BINDINGS = [
-    # The peer does no best-policy confirmation, end-of-run report or video: same work.
-    'run.best_policy_episodes=0', 'run.final_eval_episodes=0', 'run.final_video=False',
+OURS_BINDINGS = harness.NO_EXTRA_WORK + [
     # The example's agent: DQN (not double), 1-step targets, soft target updates
     # (tau 0.05 every 5 steps), fixed epsilon 0.1, Adam 1e-3, no gradient clipping.
     'dqn.make_agent.fc_layer_params=(100,)',
@@ -34,8 +32,6 @@ OURS_BINDINGS = [
     'make_env.num_envs=8',
     'run.collect_steps_per_iteration=32',  # 4 steps of 8 copies ...
     'run.train_steps_per_iteration=32',  # ... then 32 gradient steps: 1:1
-    'run.eval_interval=0',  # no periodic eval (the final one cancels out)
-    'run.num_eval_episodes=1',  # keeps that final eval short and alike in both runs
     'run.export_final_policy=False',
 ]
 EXIT_LIMIT_S = 5.0  # ours must exit within this long after its last line
@@ -137,12 +133,12 @@ def render(measured, opts):
     out += ['### Process exit latency', '',
             'Time from the last line a run prints to the moment the process has exited '
             f'(every run above). Requirement: ours exits within {EXIT_LIMIT_S:.0f} s.', '',
-            exits, '', '### Runs', '', harness.runs_table(measured), '',
-            'Budgets are `--num_iterations` for the example (1 env step + 1 gradient step each, '
-            f'after {TFA_INITIAL_COLLECT:,} random steps) and `run.num_env_steps` for ours '
-            '(initial random steps included); env and gradient steps are read back from each '
-            "run's output.", '']
-    out += harness.commands_block(measured, opts)
+            exits, '']
+    out += harness.runs_section(
+        measured, opts, 'Budgets are `--num_iterations` for the example (1 env step + 1 '
+        f'gradient step each, after {TFA_INITIAL_COLLECT:,} random steps) and '
+        '`run.num_env_steps` for ours (initial random steps included); env and gradient steps '
+        "are read back from each run's output.")
     out += ['Notes on the TF-Agents example:', '',
             '- Run as shipped in tf-agents 0.19.0 with its gym 0.23 suite; it defaults to '
             "CartPole-v0 (200-step episodes), here `env_name='CartPole-v1'` (500 steps) to "

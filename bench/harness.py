@@ -22,6 +22,11 @@ import tempfile
 from bench import timing
 
 FINAL_METRICS = r'^final metrics: '  # train.py --print_metrics' last line
+# What no timed run of ours does (the TF-Agents examples and peers do none of it either): the
+# best-policy confirmation, the end-of-run report and video, and periodic evals (the one final
+# eval, kept to 1 episode, is alike in both runs and cancels out).
+NO_EXTRA_WORK = ['run.best_policy_episodes=0', 'run.final_eval_episodes=0',
+                 'run.final_video=False', 'run.eval_interval=0', 'run.num_eval_episodes=1']
 QUICK_NOTE = ('**Quick mode: budgets shrunk to test the harness; these numbers are noisy and not '
               'a benchmark.**')
 
@@ -175,7 +180,9 @@ def exit_latency_table(measured, limit_s):
         rows, aligns='lllc'), passed
 
 
-def runs_table(measured):
+def runs_section(measured, opts, note, extra_commands=()):
+    """### Runs (every run's budget, steps and wall time, then `note`) and ### Commands (the N2
+    command of every system, then `extra_commands` lines), as markdown lines."""
     rows = []
     for item in measured:
         rate = item.rate
@@ -184,15 +191,11 @@ def runs_table(measured):
                                             item.budgets):
             rows.append([item.system.name, f'{budget:,}', f'{steps:,}', f'{grad:,}',
                          f'{run.wall_s:.1f}'])
-    return timing.markdown_table(['system', 'budget', 'env steps', 'gradient steps', 'wall s'],
-                                 rows)
-
-
-def commands_block(measured, opts, extra=()):
-    """The N2 command of every system (then `extra` lines), as a markdown section."""
-    out = ['### Commands', '', 'N2 runs shown; `ROOT` is a fresh temporary directory per run.',
-           '', '```']
+    out = ['### Runs', '', timing.markdown_table(
+        ['system', 'budget', 'env steps', 'gradient steps', 'wall s'], rows), '', note, '',
+        '### Commands', '', 'N2 runs shown; `ROOT` is a fresh temporary directory per run.',
+        '', '```']
     for item in measured:
         out.append(f"# {item.system.name}{'' if item.system.cwd else ' (any directory)'}")
         out.append(timing.shorten(item.system.command(item.budgets[1], 'ROOT', opts)))
-    return out + list(extra) + ['```', '']
+    return out + list(extra_commands) + ['```', '']

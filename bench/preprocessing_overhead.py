@@ -15,8 +15,7 @@ import statistics
 from bench import harness, timing
 
 CONFIG = 'configs/dqn_cartpole.gin'
-COMMON = ['run.best_policy_episodes=0', 'run.final_eval_episodes=0', 'run.final_video=False',
-          'run.eval_interval=0', 'run.num_eval_episodes=1', 'run.export_final_policy=False']
+COMMON = harness.NO_EXTRA_WORK + ['run.export_final_policy=False']
 STAGE = ('run.preprocessing=[@preprocess.ObservationNormalization(), '
          '@preprocess.RewardScaling()]')
 VARIANTS = [('stage off (run.preprocessing = [])', []),

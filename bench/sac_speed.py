@@ -16,9 +16,7 @@ from bench import dqn_speed, harness, timing
 TFA_MODULE = 'tf_agents.agents.sac.examples.v2.train_eval'
 TFA_INITIAL_COLLECT = dqn_speed.TFA_INITIAL_COLLECT  # as parse_tfa counts env steps
 OURS_CONFIG = 'configs/sac_pendulum.gin'
-OURS_BINDINGS = [
-    # The peer does no best-policy confirmation, end-of-run report or video: same work.
-    'run.best_policy_episodes=0', 'run.final_eval_episodes=0', 'run.final_video=False',
+OURS_BINDINGS = harness.NO_EXTRA_WORK + [
     # The example's agent (its defaults, reward scale aside: 0.1 is tuned for MuJoCo).
     'sac.make_agent.actor_fc_layer_params=(256, 256)',
     'sac.make_agent.critic_joint_fc_layer_params=(256, 256)',
@@ -35,8 +33,6 @@ OURS_BINDINGS = [
     'run.initial_collect_steps=1000',
     'run.replay_capacity=100000',
     'run.batch_size=256',
-    'run.eval_interval=0',  # no periodic eval (the final one cancels out)
-    'run.num_eval_episodes=1',
     'run.export_final_policy=False',
 ]
 # The example's settings that differ from its MuJoCo defaults, bound to the same values.
@@ -55,13 +51,9 @@ TFA_BINDINGS = [
     'train_eval.num_eval_episodes=1',
 ]
 # The issue's reference numbers (env steps/s on one core, same settings); not measured here.
-REFERENCES = [
-    ("TF-Agents' SAC example (reference)", 80),
-    ("TF-Agents' SAC Reverb Actor/Learner example (reference)", 45),
-    ('a PyTorch SAC (reference)', 100),
-    ('prototype on this stack (reference)', 190),
-]
 PYTORCH_REFERENCE = 100
+REFERENCES = [("TF-Agents' SAC example (reference)", 80),
+              ('a PyTorch SAC (reference)', PYTORCH_REFERENCE)]
 TARGET_VS_EXAMPLE = 2.2
 TARGET_VS_PYTORCH = 1.7
 
@@ -174,13 +166,12 @@ def render(measured, opts, peer=None):
     out += ['### Process exit latency', '', exits, '']
     if not exits_passed:
         out += ['**Exit latency requirement FAILED.**', '']
-    out += ['### Runs', '', harness.runs_table(measured), '',
-            'Budgets are `num_iterations` for the example (1 env step + 1 gradient step each, '
-            f'after {TFA_INITIAL_COLLECT:,} random steps) and `run.num_env_steps` for ours '
-            '(initial random steps included).', '']
     peer_lines = ['# PyTorch SAC peer (its own venv: pip install torch numpy<2 gymnasium)',
                   timing.shorten(peer['command'])] if peer else []
-    out += harness.commands_block(measured, opts, peer_lines)
+    out += harness.runs_section(
+        measured, opts, 'Budgets are `num_iterations` for the example (1 env step + 1 gradient '
+        f'step each, after {TFA_INITIAL_COLLECT:,} random steps) and `run.num_env_steps` for '
+        'ours (initial random steps included).', peer_lines)
     if opts.quick:
         out += [harness.QUICK_NOTE, '']
     return '\n'.join(out)

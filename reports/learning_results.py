@@ -31,7 +31,6 @@ PUBLISHED = {
     'Walker2d': {'TF-Agents README': 4_966, 'RL-Zoo (v3 envs)': 3_863},
 }
 RL_ZOO_SPREAD = {'HalfCheetah': 100, 'Hopper': 1_130, 'Walker2d': 254}
-TARGET_STEPS = 1_000_000
 ARCHIVE = os.path.join('data', 'learning_runs.json')  # under --docs
 
 
