@@ -9,10 +9,12 @@ import subprocess
 import sys
 
 import gin
+import gymnasium
 import pytest
 import tensorflow as tf
 
 from app import cli
+from envs import atari
 from experiment.evaluation import compare_policies
 from tests.smoke.test_resume import latest_checkpoint_step, signal_after_checkpoint_beyond
 from tests.smoke.test_train import ROOT, read_scalars
@@ -49,8 +51,28 @@ def test_trains_on_single_frames(pixel_run):
         assert float(score).is_integer() and -21 <= score <= 21, final
 
 
-def test_exported_policy_takes_frame_stacks_and_evaluate_stacks_for_it(pixel_run):
+class Scoreboard(gymnasium.Wrapper):
+    """Reads each finished Pong game's score off the emulator's own scoreboard (RAM 14: the
+    agent's points, RAM 13: the opponent's), whatever the wrappers did to the rewards."""
+
+    def __init__(self, env, scores):
+        super().__init__(env)
+        self._scores = scores
+
+    def step(self, action):
+        observation, reward, terminated, truncated, info = self.env.step(action)
+        if terminated or truncated:
+            ram = self.env.unwrapped.ale.getRAM()
+            self._scores.append(float(ram[14]) - float(ram[13]))
+        return observation, reward, terminated, truncated, info
+
+
+def test_exported_policy_takes_frame_stacks_and_evaluate_stacks_for_it(pixel_run, monkeypatch):
     root_dir, _ = pixel_run
+    scores = []
+    make_atari = atari.atari_env
+    monkeypatch.setattr(atari, 'atari_env',
+                        lambda *args, **kwargs: Scoreboard(make_atari(*args, **kwargs), scores))
     policy = tf.saved_model.load(os.path.join(root_dir, 'policy'))
     inputs = policy.signatures['action'].structured_input_signature[1]
     observation = [spec for name, spec in inputs.items() if name.endswith('observation')][0]
@@ -59,9 +81,10 @@ def test_exported_policy_takes_frame_stacks_and_evaluate_stacks_for_it(pixel_run
     result = compare_policies([os.path.join(root_dir, 'policy')], env_id='ALE/Pong-v5',
                               episodes=1, seed=5)
     # One Pong game: a whole number of points (env rewards, neither clipped nor scaled) in
-    # [-21, 21].
+    # [-21, 21], the game's own score.
     score = result['policies'][0]['mean']
     assert float(score).is_integer() and -21 <= score <= 21, result
+    assert result['policies'][0]['returns'] == scores, (result, scores)
     with open(os.path.join(root_dir, 'config.gin')) as f:
         assert 'run.frame_stack = 4' in f.read()
 

@@ -13,6 +13,7 @@ import tensorflow as tf
 
 from app import cli
 from experiment.run_session import RunSession
+from experiment.trainer import Trainer
 from tests.smoke.test_train import ROOT, TINY, read_scalars
 
 BUDGET = 12_000
@@ -56,19 +57,26 @@ def _expected_summary_steps():
 
 
 def restored_state_recorder(monkeypatch, directory):
-    """Makes `RunSession.restore` write what it restored to `directory` (a TF checkpoint of the
-    same objects, right after the restore and before any step), for a comparison with the
-    run's own checkpoint."""
-    original = RunSession.restore
+    """Makes the resumed run write what it holds to `directory` (a TF checkpoint of the objects
+    `RunSession.restore` restored) as training starts, before its first chunk: a comparison
+    with the run's own checkpoint then also catches state reset between the restore and the
+    first step (e.g. a target network re-copied from the online one)."""
+    original_restore, original_run = RunSession.restore, Trainer.run
+    restored = {}
 
     def restore(session, step_counter, **trackables):
-        step = original(session, step_counter, **trackables)
+        step = original_restore(session, step_counter, **trackables)
         # The objects as the run's Checkpointer arranges them, so both files name them alike.
-        tf.train.Checkpoint(train_step=session.train_step, run_state=session.run_state,
-                            **trackables).write(os.path.join(directory, 'restored'))
+        restored['checkpoint'] = tf.train.Checkpoint(
+            train_step=session.train_step, run_state=session.run_state, **trackables)
         return step
 
+    def run(trainer, *args, **kwargs):
+        restored.pop('checkpoint').write(os.path.join(directory, 'restored'))
+        return original_run(trainer, *args, **kwargs)
+
     monkeypatch.setattr(RunSession, 'restore', restore)
+    monkeypatch.setattr(Trainer, 'run', run)
     return os.path.join(directory, 'restored')
 
 
