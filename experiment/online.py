@@ -179,6 +179,7 @@ def _initialize_agent(agent, run_dir, session):
             f"Cannot start from {path}: that run was trained {that} a preprocessing stage and "
             f"this one {this}; its weights expect other inputs. Use the same run.preprocessing "
             "as that run.")
+    optimizers = [(optimizer, optimizer.get_config()) for optimizer in _optimizers(items)]
     try:
         # The stage's statistics come along: the weights were trained on inputs they shaped.
         tf.train.Checkpoint(**items).restore(path).expect_partial() \
@@ -187,7 +188,39 @@ def _initialize_agent(agent, run_dir, session):
         reason = str(error).strip().splitlines()[0][:160]
         raise UserError(f"Cannot start from {path} ({reason}): the agent there must be the "
                         "same kind and size as this run's.") from None
+    for optimizer, configured in optimizers:
+        _keep_configured_hyperparameters(optimizer, configured)
     session.say(f"Starting from the agent weights of {path}.")
+
+
+OPTIMIZER_HYPERPARAMETERS = ('learning_rate', 'beta_1', 'beta_2', 'rho', 'momentum', 'decay')
+
+
+def _optimizers(items):
+    """Every Keras optimizer the checkpointed objects hold (the agent's, however nested)."""
+    found = []
+    for item in items.values():
+        for trackable in tf.train.TrackableView(item).descendants():
+            if isinstance(trackable, tf.keras.optimizers.legacy.Optimizer) and \
+                    all(trackable is not other for other in found):
+                found.append(trackable)
+    return found
+
+
+def _keep_configured_hyperparameters(optimizer, configured):
+    """This run's learning rate (and the other hyperparameters) over the checkpoint's.
+
+    The source run's checkpoint holds its optimizer's hyperparameters as variables, which
+    Keras creates lazily and the pending restore then fills: a different learning rate in
+    this run's config would silently lose to the old one. Reading `learning_rate` creates
+    them now (the restore fills them), then this run's values are written over them; the
+    optimizer's moments (its slots) stay the checkpoint's.
+    """
+    created = optimizer.learning_rate  # reading one hyperparameter creates them all
+    del created
+    for name in OPTIMIZER_HYPERPARAMETERS:
+        if name in configured:
+            setattr(optimizer, name, configured[name])
 
 
 def _write_recorded_dataset(recorder, trainer, tf_env):
