@@ -180,9 +180,10 @@ def exit_latency_table(measured, limit_s):
         rows, aligns='lllc'), passed
 
 
-def runs_section(measured, opts, note, extra_commands=()):
+def runs_section(measured, opts, note, extra_commands=(), commands_of=None):
     """### Runs (every run's budget, steps and wall time, then `note`) and ### Commands (the N2
-    command of every system, then `extra_commands` lines), as markdown lines."""
+    command of every system in `commands_of`, default `measured`, then `extra_commands`
+    lines), as markdown lines."""
     rows = []
     for item in measured:
         rate = item.rate
@@ -195,7 +196,7 @@ def runs_section(measured, opts, note, extra_commands=()):
         ['system', 'budget', 'env steps', 'gradient steps', 'wall s'], rows), '', note, '',
         '### Commands', '', 'N2 runs shown; `ROOT` is a fresh temporary directory per run.',
         '', '```']
-    for item in measured:
+    for item in measured if commands_of is None else commands_of:
         out.append(f"# {item.system.name}{'' if item.system.cwd else ' (any directory)'}")
         out.append(timing.shorten(item.system.command(item.budgets[1], 'ROOT', opts)))
     return out + list(extra_commands) + ['```', '']

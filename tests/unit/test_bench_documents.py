@@ -73,3 +73,30 @@ def test_a_learner_step_splits_into_training_sampling_and_the_rest():
         {'learner': 100.0, 'alone': 200.0, 'batch_size': 64, 'windows_per_sec': 32_000.0})
     assert (training, sampling) == pytest.approx((5.0, 2.0))
     assert rest == pytest.approx(3.0)
+
+
+def _measured(system, small_s, large_s, steps=(1_000, 4_000), grads=(500, 2_000)):
+    from bench import harness, timing
+
+    def run(wall_s):
+        return timing.RunResult('x', ['cmd'], wall_s, 0, [], '/dev/null')
+    rate = harness.TwoBudgetRate(run(small_s), run(large_s), *steps)
+    return harness.Measured(system, rate, (1_000, 4_000), grads)
+
+
+def test_the_end_to_end_section_reports_medians_ranges_and_the_bar_against_the_best():
+    from bench import distributed, timing
+
+    opts = timing.parse_options(timing.options_parser('x'), [])
+    workload = distributed.WORKLOADS[0]
+    systems = distributed.systems(workload)
+    # 3,000 env steps more in the large run; seconds more per repeat give each system's rates.
+    extra_s = {0: (30, 31, 29), 1: (20, 20, 25), 2: (21, 22, 24), 3: (15, 16, 17)}
+    per_system = [[_measured(system, 10, 10 + s) for s in extra_s[i]]
+                  for i, system in enumerate(systems)]
+    text = distributed.render([(workload, per_system)], opts)
+    row = next(line for line in text.splitlines() if '| distributed, 1 collector |' in line)
+    # Median 3,000/22 = 136 against the better one process, overlap: 3,000/20 = 150.
+    assert '| 136 |' in row and '0.91×' in row and 'FAIL (≥ 0.95×)' in row
+    assert '125–143 (±7%)' in row
+    assert text.count('# SAC Pendulum: one process\n') == 1  # each command shown once
