@@ -49,7 +49,7 @@ def parse_args(argv):
     cli.add_gin_flags(parser)
     parser.add_argument('--collectors', type=_collectors, default='auto',
                         help="Collector processes, or 'auto' (default): the CPUs this "
-                             "process may use minus 2, at least 2 and at most 8.")
+                             "process may use minus 2, at least 1 and at most 8.")
     parser.add_argument('--root_dir', default=None,
                         help='Run directory (default: runs/<first config name>/seed_<seed>).')
     parser.add_argument('--port', type=int, default=None, help='Replay port (default: free).')

@@ -186,12 +186,11 @@ def auto_collectors(cpus):
     """Collector processes for `--collectors=auto` on a machine with `cpus` CPUs.
 
     The learner gets a core and the replay server with the evaluator another; the rest
-    collect, at least 2 and at most 8. On 2 cores two collectors beat one (bench:
-    "Distributed SAC on Pendulum", 1.06x against 0.71x one process): while the learner
-    waits for the rate limiter a second collector fills the core. More than 8 on one
-    learner only wait on the rate limiter for the workloads measured here
-    (docs/scaling.md: one learner core absorbs fewer than one collector's worth of
-    CartPole or Pendulum steps); a faster learner or a slower env wants `--collectors=N`
-    from the scaling model's table.
+    collect, at least 1 and at most 8. Why not more: one learner core absorbs well under
+    one collector's worth of env steps for every workload measured (docs/scaling.md, "The
+    model"), and on this 2-core machine a second collector only competes with the learner
+    for CPU (docs/benchmarks.md, "Distributed against one process": 1 collector ran faster
+    than 2 for SAC Pendulum and DQN CartPole). A faster learner or a slower env wants
+    `--collectors=N` from the scaling model's table.
     """
-    return min(MAX_AUTO_COLLECTORS, max(2, cpus - 2))
+    return min(MAX_AUTO_COLLECTORS, max(1, cpus - 2))

@@ -8,8 +8,9 @@ import pytest
 from experiment.distributed import config
 
 
-@pytest.mark.parametrize('cpus, expected', [(1, 2), (2, 2), (4, 2), (6, 4), (10, 8), (64, 8)])
-def test_auto_leaves_the_learner_and_server_a_core_each_within_2_to_8(cpus, expected):
+@pytest.mark.parametrize('cpus, expected',
+                         [(1, 1), (2, 1), (3, 1), (4, 2), (6, 4), (10, 8), (64, 8)])
+def test_auto_leaves_the_learner_and_server_a_core_each_within_1_to_8(cpus, expected):
     assert config.auto_collectors(cpus) == expected
 
 
