@@ -173,6 +173,8 @@ def measure_phase(kind, clients, config, bindings, address, server_pid, seconds,
                 raise timing.BenchError(f'{kind} client failed (log: {log_path})')
             with open(log_path) as log:
                 found = [line for line in log if line.startswith(timing.RESULT)]
+            if not found:
+                raise timing.BenchError(f'{kind} client printed no result (log: {log_path})')
             client_windows += json.loads(found[-1][len(timing.RESULT):])['windows']
     finally:
         for proc, _ in procs:
