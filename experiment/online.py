@@ -219,7 +219,8 @@ def _keep_configured_hyperparameters(optimizer, configured):
     created = optimizer.learning_rate  # reading one hyperparameter creates them all
     del created
     for name in OPTIMIZER_HYPERPARAMETERS:
-        if name in configured:
+        # A learning-rate schedule is an object of this run's, never a restored variable.
+        if isinstance(configured.get(name), (int, float)):
             setattr(optimizer, name, configured[name])
 
 
