@@ -1,7 +1,6 @@
 """Distributed preprocessing: the learner owns the normalisation statistics and publishes them
 with the weights; collectors act with the published ones (real roles, tiny DQN CartPole)."""
 
-import glob
 import os
 
 import numpy as np
@@ -46,12 +45,13 @@ def test_the_learner_publishes_statistics_that_collectors_use(tmp_path):
                    'the collector to insert with the published statistics', cluster)
         assert cluster.alive(collector) and cluster.alive(learner)
         assert 'Traceback' not in open(cluster.log_path(collector)).read()
-        # The learner's checkpoint holds them too (a restarted learner continues them).
-        wait_until(lambda: glob.glob(os.path.join(cluster.root_dir, '**', 'checkpoints',
-                                                  'ckpt-*.index'), recursive=True),
-                   'a learner checkpoint', cluster)
-        path = sorted(glob.glob(os.path.join(cluster.root_dir, '**', 'checkpoints',
-                                             'ckpt-*.index'), recursive=True))[-1][:-6]
+        # The learner's checkpoint holds them too (a restarted learner continues them). The
+        # directory's `checkpoint` file names a checkpoint only once its files are complete (a
+        # glob for ckpt-*.index can see an index still being written).
+        checkpoints = os.path.join(cluster.root_dir, 'learner', 'checkpoints')
+        wait_until(lambda: tf.train.latest_checkpoint(checkpoints), 'a learner checkpoint',
+                   cluster)
+        path = tf.train.latest_checkpoint(checkpoints)
         names = [name for name, _ in tf.train.list_variables(path)]
         assert any(name.startswith('preprocess/') and 'mean' in name for name in names)
     finally:
