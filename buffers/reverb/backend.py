@@ -172,6 +172,11 @@ class ReverbBackend:
     def table_name(self):
         return self._table_name
 
+    @property
+    def signature(self):
+        """The table's column signature (what one stored window holds, encoded)."""
+        return self._layout.signature
+
     # -- The table and connections ----------------------------------------------------------------
 
     def _sampler(self):
@@ -256,7 +261,7 @@ class ReverbBackend:
 
     def pending_items(self):
         """Items created but not yet confirmed by the server (a measurement hook)."""
-        info = self._table_info()
+        info = self.table_info()
         return self._items_created - int(info.rate_limiter_info.insert_stats.completed)
 
     # -- Read path --------------------------------------------------------------------------------
@@ -270,7 +275,7 @@ class ReverbBackend:
 
     def _check_not_empty(self):
         self._flush()
-        if self._table_info().current_size == 0:
+        if self.table_info().current_size == 0:
             raise UserError(
                 f"Cannot sample from the empty Reverb table '{self._table_name}': "
                 f"add at least {self._num_steps} steps before sampling.")
@@ -298,6 +303,12 @@ class ReverbBackend:
         self._flush()
         return self._reader.windows(batch_size)
 
+    def raw_samples(self, batch_size, num_steps):
+        """Reverb's unbatched `ReplaySample`s of this table (a sharded reader mixes several)."""
+        self._reader.check_num_steps(num_steps, type(self).__name__)
+        self._flush()
+        return self._reader.samples(batch_size)
+
     def update_priorities(self, keys, priorities):
         """Uniform tables have no priorities; accepting the call keeps loops backend-agnostic."""
         del keys, priorities
@@ -317,8 +328,9 @@ class ReverbBackend:
         """Priorities of the recently sampled windows; none on a uniform table."""
         return {}
 
-    def _table_info(self):
-        return self._client.server_info(SIGNATURE_TIMEOUT_S)[self._table_name]
+    def table_info(self, timeout_s=SIGNATURE_TIMEOUT_S):
+        """Reverb's `TableInfo` of this backend's table (size, rate limiter counters)."""
+        return self._client.server_info(max(1, int(math.ceil(timeout_s))))[self._table_name]
 
     def metrics(self):
         """Table size and counters; flushes first so the size counts every `add`.
@@ -329,7 +341,7 @@ class ReverbBackend:
         `windows` is the table's own item count.
         """
         self._flush()
-        info = self._table_info()
+        info = self.table_info()
         windows = int(info.current_size)
         size = float(min(windows + (self._num_steps - 1) * self._num_envs, self._capacity)
                      if windows else 0)

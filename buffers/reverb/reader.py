@@ -67,8 +67,8 @@ class WindowReader:
                 f"built) and cannot serve {num_steps}-step samples: build it with "
                 f"num_steps={num_steps}.")
 
-    def dataset(self, batch_size):
-        """Reverb's own dataset of raw samples, batched."""
+    def samples(self, batch_size):
+        """Reverb's own dataset of raw samples, one `ReplaySample` per element."""
         dataset = reverb.TrajectoryDataset.from_table_signature(
             server_address=self.address,
             table=self._table_name,
@@ -80,7 +80,11 @@ class WindowReader:
             # repeat() reopens a stream that ended on a timeout, but ends the dataset
             # when a whole pass timed out without data: only an empty table stops it.
             dataset = dataset.repeat()
-        return dataset.batch(batch_size, drop_remainder=True)
+        return dataset
+
+    def dataset(self, batch_size):
+        """Reverb's own dataset of raw samples, batched."""
+        return self.samples(batch_size).batch(batch_size, drop_remainder=True)
 
     def decode(self, sample):
         """Reverb's `ReplaySample` -> `(nest [B, T, ...], SampleInfo, first-step ids)`."""

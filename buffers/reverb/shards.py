@@ -1,0 +1,231 @@
+"""One logical replay buffer over several Reverb servers (shards): faithful sampling, routed
+priorities, and where a writer should write.
+
+Reverb servers know nothing of each other, and one `TrajectoryDataset` opened on a
+multi-address target samples only one of them (measured: 410 samples from one server, 0
+from the other). So the read side opens one stream per shard and mixes them itself
+(`tf.data.Dataset.sample_from_datasets`), choosing shard k with probability
+`M_k / sum_j M_j`, where `M_k` is the shard's sampling mass: the sum of `q^alpha` over
+its windows (`alpha` = 0 for a uniform table, so `M_k` is its size). Reverb then draws
+window i within the shard with probability `q_i^alpha / M_k`, so overall
+
+    P(i) = (M_k / sum_j M_j) * (q_i^alpha / M_k) = q_i^alpha / sum_j M_j,
+
+exactly what one table holding every shard's windows would give (uniform: 1 / total
+size). Reverb reports no priority sums, but every sample carries its priority `q_i` and
+the probability it had in its table, so `M_k = q_i^alpha / P_k(i)` exactly, as of that
+draw: each window taken from a shard updates that shard's mass. A shard not drawn from
+yet counts its size times the mean mass per window of those that were (1 at first).
+`refresh` reads each shard's size and rate limiter; a shard below its own
+`min_size_to_sample`, or unreachable, gets no weight until a later refresh finds it ready.
+
+Keys are per server (an update sent to another server is ignored), so the keys this
+buffer hands out are `(shard, key)` pairs, int64 `[..., 2]`, and `update_priorities`
+sends each priority to the shard that holds its key.
+"""
+
+import numpy as np
+import reverb
+import tensorflow as tf
+
+from buffers.base import SampleInfo
+from core.errors import UserError
+
+KEY_SHARD, KEY_VALUE = 0, 1  # the two columns of a sharded key
+
+
+class ShardedReplay:
+    """The learner's read side of K Reverb tables with the same layout, as one buffer.
+
+    Takes read-only Reverb backends, one per shard (each validated its own table);
+    `as_dataset` and `update_priorities` are the `ReplayBackend` read side; nothing
+    here writes (collectors write to one shard each, see `choose_shard`).
+    """
+
+    def __init__(self, shards, *, seed=0, timeout_s=5.0):
+        """Mixes `shards` (read-only Reverb backends of one class, one per server).
+
+        `timeout_s` bounds each shard's answer in `refresh`: a shard that does not answer
+        in time counts as down.
+        """
+        if not shards:
+            raise UserError("A sharded replay buffer needs at least one shard.")
+        classes = {type(shard).__name__ for shard in shards}
+        if len(classes) != 1:
+            raise UserError(f"Replay shards must all be one backend class, got {sorted(classes)}.")
+        self._shards = list(shards)
+        self.capabilities = shards[0].capabilities
+        self._alpha = shards[0].alpha if self.capabilities.priorities else 0.0
+        self._seed = seed
+        self._timeout_s = timeout_s
+        self._states = None
+        count = len(shards)
+        # -1: no window drawn from that shard yet (its mass is estimated from its size).
+        self._sampled_mass = tf.Variable(tf.fill([count], tf.constant(-1.0, tf.float64)),
+                                         trainable=False, name='shard_sampled_mass')
+        self._sizes = tf.Variable(tf.zeros([count], tf.float64), trainable=False,
+                                  name='shard_sizes')
+        self._ready = tf.Variable(tf.zeros([count], tf.bool), trainable=False,
+                                  name='shard_ready')
+
+    @property
+    def num_shards(self):
+        return len(self._shards)
+
+    @property
+    def shards(self):
+        return list(self._shards)
+
+    @property
+    def capacity(self):
+        return sum(shard.capacity for shard in self._shards)
+
+    @property
+    def data_spec(self):
+        return self._shards[0].data_spec
+
+    # -- Weights ----------------------------------------------------------------------------------
+
+    def refresh(self):
+        """Reads every shard's size and readiness; returns [(size, ready) or None per shard].
+
+        A shard is ready when it holds at least its own `min_size_to_sample` windows (its
+        stream would block otherwise); an unreachable one (None) is not.
+        """
+        states = []
+        for shard in self._shards:
+            try:
+                info = shard.table_info(self._timeout_s)
+            except (RuntimeError, reverb.errors.ReverbError, KeyError):
+                states.append(None)
+                continue
+            size = int(info.current_size)
+            minimum = int(info.rate_limiter_info.min_size_to_sample)
+            states.append((size, size > 0 and size >= minimum))
+        self._sizes.assign([float(s[0]) if s else 0.0 for s in states])
+        self._ready.assign([bool(s and s[1]) for s in states])
+        self._states = states
+        return states
+
+    def masses(self):
+        """Each shard's sampling mass as it is used now (0 for a shard not ready)."""
+        known = self._sampled_mass >= 0
+        sizes = self._sizes
+        known_sizes = tf.reduce_sum(tf.where(known, sizes, 0.0))
+        per_window = tf.math.divide_no_nan(tf.reduce_sum(tf.where(known, self._sampled_mass, 0.0)),
+                                           known_sizes)
+        per_window = tf.where(known_sizes > 0, per_window, tf.constant(1.0, tf.float64))
+        mass = tf.where(known, self._sampled_mass, sizes * per_window)
+        return tf.where(self._ready, mass, 0.0)
+
+    def _weights(self):
+        mass = self.masses()
+        total = tf.reduce_sum(mass)
+        count = tf.cast(tf.size(mass), tf.float64)
+        # No shard ready: equal weights (each stream then waits on its rate limiter).
+        return tf.cast(tf.where(total > 0, mass / total, tf.ones_like(mass) / count), tf.float32)
+
+    # -- Read path --------------------------------------------------------------------------------
+
+    def _shard_stream(self, index, batch_size, num_steps):
+        """Shard `index`'s samples as (data, key, priority, index), updating its mass.
+
+        A shard that was down at the last `refresh` gets a stand-in stream of the same
+        element type instead (Reverb would wait for it to answer): its weight is 0, so it
+        is never drawn from; a dataset opened after it is back samples it again.
+        """
+        if self._states[index] is None:
+            zeros = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype),
+                                          self._shards[index].signature)
+            return tf.data.Dataset.from_tensors(
+                (zeros, tf.constant(0, tf.int64), tf.constant(0.0, tf.float64),
+                 tf.constant(index, tf.int64))).repeat()
+        alpha = self._alpha
+
+        def tagged(sample):
+            priority = tf.cast(sample.info.priority, tf.float64)
+            mass = tf.pow(priority, alpha) / tf.cast(sample.info.probability, tf.float64)
+            self._sampled_mass.scatter_nd_update([[index]], [mass])
+            return (sample.data, tf.bitcast(sample.info.key, tf.int64), priority,
+                    tf.constant(index, tf.int64))
+
+        return self._shards[index].raw_samples(batch_size, num_steps).map(tagged)
+
+    def down_shards(self):
+        """The shards that did not answer at the last `refresh`."""
+        return [k for k, state in enumerate(self._states or []) if state is None]
+
+    def as_dataset(self, batch_size, num_steps):
+        """An endless dataset of `(window, SampleInfo)` batches drawn over every shard.
+
+        `SampleInfo.keys` are int64 `[B, 2]` (shard, key) pairs; `probabilities` are each
+        window's probability in the whole buffer, `q^alpha / sum of masses`.
+        """
+        self.refresh()
+        streams = [self._shard_stream(k, batch_size, num_steps) for k in range(self.num_shards)]
+        weights = tf.data.Dataset.from_tensors(0).repeat().map(lambda _: self._weights())
+        mixed = tf.data.Dataset.sample_from_datasets(streams, weights=weights, seed=self._seed)
+        alpha = self._alpha
+        decode = self._shards[0].decode_window
+
+        def windows(data, key, priority, shard):
+            window, _ = decode(data)
+            total = tf.reduce_sum(self.masses())
+            probabilities = tf.math.divide_no_nan(tf.pow(priority, alpha), total)
+            keys = tf.stack([shard, key], axis=-1)
+            return window, SampleInfo(keys=keys, probabilities=tf.cast(probabilities, tf.float32))
+
+        return mixed.batch(batch_size, drop_remainder=True).map(
+            windows, num_parallel_calls=tf.data.AUTOTUNE)
+
+    def update_priorities(self, keys, priorities):
+        """Sends each window's new priority to the shard that holds its key."""
+        keys = tf.reshape(tf.convert_to_tensor(keys, tf.int64), [-1, 2])
+        priorities = tf.reshape(priorities, [-1])
+        for index, shard in enumerate(self._shards):
+            mine = tf.equal(keys[:, KEY_SHARD], index)
+            shard.update_priorities(tf.boolean_mask(keys[:, KEY_VALUE], mine),
+                                    tf.boolean_mask(priorities, mine))
+
+    def metrics(self):
+        """Per shard and in total: windows stored, and whether the shard is ready."""
+        states = self.refresh()
+        values = {'windows': float(sum(s[0] for s in states if s))}
+        for index, state in enumerate(states):
+            values[f'shard_{index}/windows'] = float(state[0]) if state else float('nan')
+        return values
+
+    def close(self):
+        for shard in self._shards:
+            shard.close()
+
+
+def choose_shard(inserted, hosts=None, here=None, tolerance=0.05, offset=0):
+    """The shard a writer should write to: keep shards balanced, then stay on this host.
+
+    Args:
+      inserted: windows each shard has received so far (None for a shard that is down).
+      hosts: each shard's host name (None: locality is not known).
+      here: this writer's host.
+      tolerance: how far above the least-filled shard (as a fraction of the mean) a shard
+        may be and still be chosen for being local.
+      offset: breaks ties from shard `offset % K` on (a writer passes its own number, so
+        writers starting together spread over the shards instead of all taking shard 0).
+
+    Returns:
+      The index of the shard: among the shards within `tolerance` of the least-filled one,
+      the least-filled on this host if there is one, else the least-filled of them.
+
+    Raises:
+      UserError: when every shard is down.
+    """
+    live = [k for k, count in enumerate(inserted) if count is not None]
+    if not live:
+        raise UserError("Every replay shard is down: restart them (the run resumes).")
+    least = min(inserted[k] for k in live)
+    mean = float(np.mean([inserted[k] for k in live]))
+    slack = tolerance * max(mean, 1.0)
+    eligible = [k for k in live if inserted[k] <= least + slack]
+    local = [k for k in eligible if hosts is not None and here is not None and hosts[k] == here]
+    count = len(inserted)
+    return min(local or eligible, key=lambda k: (inserted[k], (k - offset) % count))
