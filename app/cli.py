@@ -27,8 +27,8 @@ checkpoint. Errors the user can fix are printed as one line (exit status 2).
 Distributed (one process per role, all from the same configs; see docs/distributed.md):
 
   python train.py --gin_file=configs/sac_pendulum_distributed.gin \\
-      --role=replay|collect|learn|eval --replay_address=HOST:PORT \\
-      [--collector_id=N] [--bind_all_interfaces] [--root_dir=...]
+      --role=replay|collect|learn|eval --replay_address=HOST:PORT[,HOST:PORT...] \\
+      [--collector_id=N] [--shard=N] [--bind_all_interfaces] [--root_dir=...]
 """
 
 
@@ -58,8 +58,12 @@ def parse_train_args(argv):
                         choices=('replay', 'collect', 'learn', 'eval'),
                         help='Run one role of a distributed run instead of a whole run.')
     parser.add_argument('--replay_address', default=None,
-                        help='HOST:PORT of the replay server (for --role=replay: where to '
-                             'serve; loopback unless --bind_all_interfaces).')
+                        help='HOST:PORT of the replay server, or of every replay shard in '
+                             'order, comma-separated (distributed.settings.replay_shards); '
+                             'for --role=replay, where to serve (loopback unless '
+                             '--bind_all_interfaces).')
+    parser.add_argument('--shard', type=int, default=0,
+                        help='Which replay shard this process serves (--role=replay).')
     parser.add_argument('--collector_id', type=int, default=0,
                         help='Index of this collector (--role=collect): seeds and log dir.')
     parser.add_argument('--bind_all_interfaces', action='store_true',
@@ -126,7 +130,8 @@ def train_main(argv=None):
         from experiment.distributed.roles import run_role
 
         return run_role(args.role, root_dir, address=args.replay_address,
-                        collector_id=args.collector_id, seed=args.seed, force=args.force,
+                        collector_id=args.collector_id, shard=args.shard, seed=args.seed,
+                        force=args.force,
                         bind_all_interfaces=args.bind_all_interfaces)
     from app.entry import experiment_function
 

@@ -217,6 +217,29 @@ class ReverbBackend:
         self._reader.connect(self._address)
         self._tf_client = None
 
+    def retarget(self, server_address):
+        """Writes from now on to the same table on the server at `server_address`.
+
+        A collector of a sharded run moves between replay shards this way: pending items
+        are flushed to the old server, and the new writer is primed with the last
+        `num_steps - 1` steps, so the windows spanning the move are not lost (they are
+        written on the new server; those steps are stored on both).
+
+        Raises:
+          UserError: the new server lacks a matching table.
+        """
+        with self._lock:
+            if self._own_server is not None or self._writer is None:
+                raise RuntimeError(f"{type(self).__name__}.retarget needs a writer at a server "
+                                   "run elsewhere (server_address=).")
+            recent = self._writer.recent_steps()
+            self._writer.flush()
+            self._disconnect()
+            self._address = server_address
+            self._check_external_table()
+            self._connect()
+            self._writer.prime(recent)
+
     def _disconnect(self):
         self._reader.close()
         self._tf_client = None

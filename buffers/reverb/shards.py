@@ -200,21 +200,26 @@ class ShardedReplay:
             shard.close()
 
 
-def choose_shard(inserted, hosts=None, here=None, tolerance=0.05, offset=0):
-    """The shard a writer should write to: keep shards balanced, then stay on this host.
+def choose_shard(inserted, local=None, current=None, rates=None, tolerance=0.01, offset=0):
+    """The shard a writer should write to: keep shards balanced, then stay put, then stay local.
 
     Args:
       inserted: windows each shard has received so far (None for a shard that is down).
-      hosts: each shard's host name (None: locality is not known).
-      here: this writer's host.
+      local: for each shard, whether it runs on the writer's machine (None: not known).
+      current: the shard the writer writes to now, if any.
+      rates: how fast each shard is receiving windows now (any unit; None: not known).
       tolerance: how far above the least-filled shard (as a fraction of the mean) a shard
-        may be and still be chosen for being local.
+        may be and still be kept (current) or chosen for being local.
       offset: breaks ties from shard `offset % K` on (a writer passes its own number, so
         writers starting together spread over the shards instead of all taking shard 0).
 
     Returns:
-      The index of the shard: among the shards within `tolerance` of the least-filled one,
-      the least-filled on this host if there is one, else the least-filled of them.
+      The index of the shard. Among the live shards within `tolerance` of the least-filled
+      one: the current shard if it is one of them (a switch costs a new writer stream),
+      else the least-filled local one, else the least-filled one. A writer stays on a
+      current shard that is too full while the chosen one already receives windows faster
+      (another writer moved there and the gap is closing): without this, every writer
+      leaves the fuller shard before any sees the effect, and the shards swap roles.
 
     Raises:
       UserError: when every shard is down.
@@ -224,8 +229,12 @@ def choose_shard(inserted, hosts=None, here=None, tolerance=0.05, offset=0):
         raise UserError("Every replay shard is down: restart them (the run resumes).")
     least = min(inserted[k] for k in live)
     mean = float(np.mean([inserted[k] for k in live]))
-    slack = tolerance * max(mean, 1.0)
-    eligible = [k for k in live if inserted[k] <= least + slack]
-    local = [k for k in eligible if hosts is not None and here is not None and hosts[k] == here]
+    eligible = [k for k in live if inserted[k] <= least + tolerance * max(mean, 1.0)]
+    if current in eligible:
+        return current
+    nearby = [k for k in eligible if local is not None and local[k]]
     count = len(inserted)
-    return min(local or eligible, key=lambda k: (inserted[k], (k - offset) % count))
+    chosen = min(nearby or eligible, key=lambda k: (inserted[k], (k - offset) % count))
+    if current in live and rates is not None and rates[chosen] > rates[current]:
+        return current
+    return chosen

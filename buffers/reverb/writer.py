@@ -14,6 +14,8 @@ last `num_steps` steps. Each item also stores the id of its first step,
 random and `ages` needs to know when a sampled window was written.
 """
 
+import collections
+
 import numpy as np
 
 FLUSH_TIMEOUT_MS = 60_000  # a writer waiting this long on the server means it is gone
@@ -50,6 +52,9 @@ class WindowWriter:
         self._histories = None  # the writer's column histories, fetched once
         self._steps = 0  # steps written since the writer was opened
         self._unflushed = 0  # items created since the last flush
+        # The last num_steps - 1 encoded steps: what a writer opened on another server
+        # needs to continue every copy's windows (`prime`).
+        self._recent = collections.deque(maxlen=num_steps - 1)
 
     def write_step(self, priority, leaves, first_id):
         """Appends every copy's step (its own columns); creates the new windows.
@@ -67,7 +72,9 @@ class WindowWriter:
                 raise ValueError(f"this Reverb table expects batches of {self._num_envs} env "
                                  f"copies, got shape {leaf.shape}.")
         ids = np.arange(first_id, first_id + self._num_envs, dtype=np.int64)
-        self._writer.append(self._layout.encode(leaves, ids))
+        step = self._layout.encode(leaves, ids)
+        self._writer.append(step)
+        self._recent.append(step)
         if self._histories is None:
             # The column histories are live objects: fetching them once saves
             # rebuilding the structure for every item.
@@ -84,6 +91,24 @@ class WindowWriter:
                                timeout_ms=FLUSH_TIMEOUT_MS)
             self._unflushed = 0
         return self._num_envs
+
+    def recent_steps(self):
+        """The last `num_steps - 1` steps written, encoded (for `prime`)."""
+        return list(self._recent)
+
+    def prime(self, steps):
+        """Appends steps another writer already wrote, as history only (no items).
+
+        A writer that continues another one's stream on a different server (a collector
+        moving to another replay shard) primes itself with that writer's `recent_steps`,
+        so the windows spanning the move are written too, on the new server.
+        """
+        for step in steps[-(self._num_steps - 1):] if self._num_steps > 1 else []:
+            self._writer.append(step)
+            self._recent.append(step)
+            if self._histories is None:
+                self._histories = self._writer.history
+            self._steps += 1
 
     def flush(self):
         """Sends every pending item and waits until the server has it."""

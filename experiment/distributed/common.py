@@ -25,9 +25,18 @@ from experiment.summaries import SummaryWriter
 ROLE_DIRS = {'replay': 'replay', 'learn': 'learner', 'eval': 'eval'}
 
 
-def role_dir(root_dir, role, collector_id=0):
-    name = f'collector_{collector_id}' if role == 'collect' else ROLE_DIRS[role]
-    return os.path.join(root_dir, name)
+def role_name(role, index=0, shards=1):
+    """A role's name (its directory and log): `collector_N`, and `replay_N` for the shards of a
+    sharded run (`replay` when there is one)."""
+    if role == 'collect':
+        return f'collector_{index}'
+    if role == 'replay' and shards > 1:
+        return f'replay_{index}'
+    return ROLE_DIRS[role]
+
+
+def role_dir(root_dir, role, index=0, shards=1):
+    return os.path.join(root_dir, role_name(role, index, shards))
 
 
 def prepare_dir(directory, *, force):
@@ -39,7 +48,7 @@ def prepare_dir(directory, *, force):
     return lock
 
 
-def start_role(kind, root_dir, *, force, seed, collector_id=0):
+def start_role(kind, root_dir, *, force, seed, collector_id=0, shard=0):
     """What every role does first: read and check the config, name itself, prepare its dir.
 
     Returns:
@@ -50,10 +59,11 @@ def start_role(kind, root_dir, *, force, seed, collector_id=0):
 
     params, settings = config.run_params(), config.settings()
     config.validate(settings, params)
-    directory = role_dir(root_dir, kind, collector_id)
+    directory = role_dir(root_dir, kind, shard if kind == 'replay' else collector_id,
+                         settings.replay_shards)
     role = Role(os.path.basename(directory), give_up_after_s=settings.give_up_after_s)
     role.lock = prepare_dir(directory, force=force)  # held for the role's lifetime
-    configure_tf(seed + collector_id, params.tf_threads)
+    configure_tf(seed + collector_id + shard, params.tf_threads)
     return params, settings, role, directory
 
 

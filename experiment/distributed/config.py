@@ -38,6 +38,17 @@ class Settings:
     timeout_s: float
     give_up_after_s: float
     flush_every: int
+    replay_shards: int = 1
+
+    def shard_limits(self):
+        """(min_size_to_sample, error_buffer) of each shard's rate limiter.
+
+        Each of the K shards enforces samples_per_insert on its own windows with 1/K of
+        the minimum size and of the error buffer, so the whole buffer keeps the run's
+        ratio within the run's error buffer (the shards' bounds add up).
+        """
+        shards = self.replay_shards
+        return int(math.ceil(self.min_size_to_sample / shards)), self.error_buffer / shards
 
 
 @gin.configurable(module='distributed')
@@ -52,7 +63,8 @@ def settings(samples_per_insert=None,
              summary_interval_s=10.0,
              timeout_s=10.0,
              give_up_after_s=600.0,
-             flush_every=16):
+             flush_every=16,
+             replay_shards=1):
     """The distributed run's own settings; None means derived from `run`'s bindings.
 
     Args:
@@ -79,6 +91,10 @@ def settings(samples_per_insert=None,
       flush_every: windows a collector writes between flushes. Items the rate
         limiter holds count as pending, and Reverb's writer warns ("alarmingly
         high") from about 50 pending items on, so keep it well below that.
+      replay_shards: replay servers the buffer is split over (docs/distributed.md,
+        "Sharded replay"): each holds 1/K of the capacity, collectors write to one shard
+        each (kept balanced, local first) and the learner samples all of them as one
+        buffer. 1: one server.
 
     Returns:
       A `Settings`.
@@ -86,7 +102,8 @@ def settings(samples_per_insert=None,
     whole = (0, math.inf, 'closed')
     seconds = (0, math.inf, 'open')
     check('distributed.settings', locals(),
-          positive=('weight_pull_interval', 'learner_checkpoint_interval', 'flush_every'),
+          positive=('weight_pull_interval', 'learner_checkpoint_interval', 'flush_every',
+                    'replay_shards'),
           optional_positive=('learner_steps_per_call', 'weight_push_interval'),
           optional_numbers={'samples_per_insert': whole, 'error_buffer': whole,
                             'min_size_to_sample': whole},
@@ -112,7 +129,8 @@ def settings(samples_per_insert=None,
         summary_interval_s=float(summary_interval_s),
         timeout_s=float(timeout_s),
         give_up_after_s=float(give_up_after_s),
-        flush_every=int(flush_every))
+        flush_every=int(flush_every),
+        replay_shards=int(replay_shards))
 
 
 def run_params():
@@ -163,6 +181,20 @@ def validate(config, params):
         raise UserError(
             f"distributed.settings.min_size_to_sample={min_size} is below run.batch_size="
             f"{params.batch_size}: the first batches would repeat a handful of windows.")
+    shards = config.replay_shards
+    if shards > 1:
+        shard_min, shard_buffer = config.shard_limits()
+        if shard_buffer < max(1.0, spi):
+            raise UserError(
+                f"distributed.settings.error_buffer={buffer:g} split over replay_shards={shards} "
+                f"leaves each shard {shard_buffer:g}, below samples_per_insert={spi:g}: each "
+                "shard's rate limiter would block collectors and learner at once. Raise "
+                f"error_buffer to at least {shards * max(1.0, spi):g} or use fewer shards.")
+        if capacity // shards < params.batch_size:
+            raise UserError(
+                f"run.replay_capacity={capacity} split over replay_shards={shards} leaves "
+                f"{capacity // shards} windows per shard, fewer than run.batch_size="
+                f"{params.batch_size}: raise the capacity or use fewer shards.")
     if config.give_up_after_s < 3 * config.timeout_s:
         raise UserError(
             f"distributed.settings.give_up_after_s={config.give_up_after_s:g} leaves fewer than "
@@ -170,13 +202,15 @@ def validate(config, params):
 
 
 def rate_limiter(config):
-    """The replay table's `SampleToInsertRatio` limiter (call after `validate`)."""
+    """A replay shard's `SampleToInsertRatio` limiter (call after `validate`); with one
+    shard, the run's own settings."""
     import reverb
 
+    min_size, error_buffer = config.shard_limits()
     return reverb.rate_limiters.SampleToInsertRatio(
         samples_per_insert=config.samples_per_insert,
-        min_size_to_sample=config.min_size_to_sample,
-        error_buffer=config.error_buffer)
+        min_size_to_sample=min_size,
+        error_buffer=error_buffer)
 
 
 MAX_AUTO_COLLECTORS = 8

@@ -17,6 +17,7 @@ validated before start, the restored state is one the limiter could have
 been in anyway, so it cannot block both sides.
 """
 
+import dataclasses
 import os
 import time
 
@@ -24,28 +25,42 @@ import reverb
 
 from buffers.reverb.server import ReplayServer, latest_checkpoint
 from core import rundir
-from experiment.distributed import common, config, net, tables
+from core.errors import UserError
+from experiment.distributed import common, config, net, tables, tier
 from experiment.distributed.waiting import one_line
 from experiment.replay import Mode, ServerLink, build_replay
 
 
-def main(root_dir, *, address, bind_all_interfaces=False, seed=0, force=False, verbose=True):
-    """Serves the tables until SIGINT/SIGTERM; returns the final table counters."""
-    host, port = net.parse_address(address)
-    net.check_replay_exposure(host, bind_all_interfaces=bind_all_interfaces)
+def main(root_dir, *, address, shard=0, bind_all_interfaces=False, seed=0, force=False,
+         verbose=True):
+    """Serves the tables until SIGINT/SIGTERM; returns the final table counters.
+
+    `address` lists every shard's HOST:PORT (one with one shard); this process serves
+    the `shard`-th, with 1/K of the capacity and of the rate limiter's bounds, and shard
+    0 also the weights table.
+    """
     params, settings, role, directory = common.start_role('replay', root_dir, force=force,
-                                                          seed=seed)
+                                                          seed=seed, shard=shard)
+    addresses = tier.parse_addresses(address, settings.replay_shards)
+    if not 0 <= shard < len(addresses):
+        raise UserError(f"--shard={shard} is not one of the {len(addresses)} replay shards "
+                        f"(0 to {len(addresses) - 1}).")
+    host, port = net.parse_address(addresses[shard])
+    net.check_replay_exposure(host, bind_all_interfaces=bind_all_interfaces)
     agent, _, tf_env = common.build_agent(params, seed=seed)
     checkpoint_dir = os.path.join(directory, 'reverb')
     restoring = latest_checkpoint(checkpoint_dir)
+    weights = [tables.variables_table(agent.collect_policy.variables())] if shard == 0 else []
     # The replay backend hosts the server: the table's layout, sampler and checkpoints are
     # the ones a single-process Reverb run uses, with the distributed rate limiter. With
     # pixels the table stores single frames; collectors and the learner stack them.
     server = ReplayServer(checkpoint_dir=checkpoint_dir, port=port,
                           rate_limiter=config.rate_limiter(settings),
-                          extra_tables=[tables.variables_table(agent.collect_policy.variables())],
-                          initial_checkpoint=restoring)
-    backend = build_replay(Mode.SERVER, params, agent, num_envs=tf_env.batch_size, seed=seed,
+                          extra_tables=weights, initial_checkpoint=restoring)
+    shard_params = dataclasses.replace(
+        params, replay_capacity=params.replay_capacity // settings.replay_shards)
+    backend = build_replay(Mode.SERVER, shard_params, agent, num_envs=tf_env.batch_size,
+                           seed=seed,
                            link=ServerLink(timeout_s=settings.timeout_s, server=server)).hosted
     backend_class = type(backend)
     client = reverb.Client(server.address)
@@ -54,9 +69,12 @@ def main(root_dir, *, address, bind_all_interfaces=False, seed=0, force=False, v
         role.log(f"restored {restoring}: {counters['size']:,} windows, "
                  f"{counters['inserted']:,} inserted, {counters['sampled']:,} sampled")
     where = 'every interface' if bind_all_interfaces else 'loopback only (private namespace)'
-    role.log(f"serving {backend_class.__name__} on port {port} ({where}); samples_per_insert="
-             f"{settings.samples_per_insert:g}, error_buffer={settings.error_buffer:g}, "
-             f"min_size_to_sample={settings.min_size_to_sample:,}")
+    min_size, error_buffer = settings.shard_limits()
+    which = f"shard {shard} of {settings.replay_shards}, " if settings.replay_shards > 1 else ''
+    role.log(f"serving {backend_class.__name__} on port {port} ({which}{where}); "
+             f"samples_per_insert={settings.samples_per_insert:g}, error_buffer="
+             f"{error_buffer:g}, min_size_to_sample={min_size:,}, capacity "
+             f"{backend.capacity:,}")
     summaries = common.RateSummaries(os.path.join(directory))
     role.install_signal_handlers()
     try:

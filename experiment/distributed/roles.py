@@ -5,17 +5,20 @@ from core.errors import UserError
 ROLES = ('replay', 'collect', 'learn', 'eval')
 
 
-def run_role(role, root_dir, *, address, collector_id=0, seed=0, force=False,
+def run_role(role, root_dir, *, address, collector_id=0, shard=0, seed=0, force=False,
              bind_all_interfaces=False):
     """Runs one role of a distributed run (Gin already parsed); returns its final metrics."""
     if not address:
-        raise UserError(f"--role={role} needs --replay_address=HOST:PORT (the replay server's; "
-                        "for --role=replay, where to serve).")
+        raise UserError(f"--role={role} needs --replay_address=HOST:PORT[,HOST:PORT...] (the "
+                        "replay server's, or every shard's in order; --role=replay serves "
+                        "the --shard-th).")
+    if shard and role != 'replay':
+        raise UserError("--shard applies to --role=replay only.")
     if bind_all_interfaces and role != 'replay':
         raise UserError("--bind_all_interfaces applies to --role=replay only.")
     if role == 'replay':
         from experiment.distributed import replay
-        return replay.main(root_dir, address=address, seed=seed, force=force,
+        return replay.main(root_dir, address=address, shard=shard, seed=seed, force=force,
                            bind_all_interfaces=bind_all_interfaces)
     if role == 'collect':
         from experiment.distributed import collector

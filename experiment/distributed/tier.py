@@ -1,0 +1,116 @@
+"""The replay tier of a distributed run: its shards' addresses, their counters, and where the
+weights live.
+
+A run has `distributed.settings.replay_shards` = K replay servers, named on the command line
+as `--replay_address=HOST:PORT[,HOST:PORT...]` in shard order. Shard 0 also holds the
+weights table, so "the replay server" of a one-shard run is simply shard 0. The run's
+counters (windows stored, inserted, sampled; the rate limiters' bounds) are the sums over
+the shards: each shard's limiter holds 1/K of the run's bounds (`Settings.shard_limits`).
+"""
+
+import socket
+
+import reverb
+
+from core.errors import UserError
+from experiment.distributed import common, net
+
+# Counters that add up over shards; `samples_per_insert` is the same on every shard.
+_SUMMED = ('size', 'inserted', 'sampled', 'sample_blocked_ms', 'insert_blocked_ms',
+           'max_diff', 'min_diff', 'min_size_to_sample')
+
+
+def parse_addresses(text, shards):
+    """`HOST:PORT[,HOST:PORT...]` -> the list of shard addresses, checked against K.
+
+    Raises:
+      UserError: a malformed address, or not exactly `shards` of them.
+    """
+    addresses = [part.strip() for part in (text or '').split(',') if part.strip()]
+    for address in addresses:
+        net.parse_address(address)
+    if len(addresses) != shards:
+        raise UserError(
+            f"--replay_address names {len(addresses)} replay server(s) but "
+            f"distributed.settings.replay_shards={shards}: give one HOST:PORT per shard, "
+            "comma-separated, in shard order.")
+    return addresses
+
+
+def is_this_host(host):
+    """Whether `host` names this machine (loopback, its host name or its FQDN)."""
+    if net.is_loopback(host):
+        return True
+    names = {socket.gethostname(), socket.getfqdn()}
+    return host in names or host.split('.')[0] in {name.split('.')[0] for name in names}
+
+
+class ReplayTier:
+    """The K replay shards of a run, every call bounded by `timeout_s`."""
+
+    def __init__(self, addresses, *, timeout_s):
+        self.addresses = list(addresses)
+        self._timeout_s = timeout_s
+        self._clients = [reverb.Client(address) for address in self.addresses]
+        self._last = {}  # {shard: its last answered counters}
+
+    @property
+    def num_shards(self):
+        return len(self.addresses)
+
+    @property
+    def weights_address(self):
+        """The shard that holds the weights table (shard 0)."""
+        return self.addresses[0]
+
+    def describe(self):
+        """'the replay server at A', or 'the replay shards at A, B'."""
+        if self.num_shards == 1:
+            return f'the replay server at {self.addresses[0]}'
+        return f"the replay shards at {', '.join(self.addresses)}"
+
+    def hosts(self):
+        return [net.parse_address(address)[0] for address in self.addresses]
+
+    def local_shards(self):
+        """Which shards run on this machine (a collector writes to those first)."""
+        return [is_this_host(host) for host in self.hosts()]
+
+    def shard_counters(self):
+        """Each shard's counters (`common.replay_counters`), or None for a shard that is down."""
+        counters = []
+        for index, client in enumerate(self._clients):
+            try:
+                value = common.replay_counters(client.server_info(max(1, int(self._timeout_s))))
+            except (RuntimeError, reverb.errors.ReverbError):
+                value = None
+            else:
+                self._last[index] = value
+            counters.append(value)
+        return counters
+
+    def counters(self):
+        """The run's counters, summed over the shards.
+
+        A shard that is down counts with what it last reported (its windows come back from
+        its checkpoint when it restarts), so one shard's outage stalls nobody; until every
+        shard has answered once this raises, for the caller's retry. With one shard,
+        exactly that shard's counters.
+        """
+        if self.num_shards == 1:
+            return common.replay_counters(
+                self._clients[0].server_info(max(1, int(self._timeout_s))))
+        self.shard_counters()
+        missing = [self.addresses[k] for k in range(self.num_shards) if k not in self._last]
+        if missing:
+            raise reverb.errors.DeadlineExceededError(
+                f"replay shard(s) {', '.join(missing)} did not answer within "
+                f"{self._timeout_s:g} s")
+        return sum_counters([self._last[k] for k in range(self.num_shards)])
+
+
+def sum_counters(shards):
+    """The run's counters from those of its shards (all of them answering)."""
+    total = {name: sum(shard[name] for shard in shards) for name in _SUMMED}
+    total['samples_per_insert'] = shards[0]['samples_per_insert']
+    return total
