@@ -95,7 +95,8 @@ def main(argv=None):
                   '--collectors=N to choose)', flush=True)
     cluster = Cluster(gin_files=args.gin_file, gin_bindings=args.gin_bindings,
                       root_dir=root_dir, port=args.port or free_port(), seed=args.seed,
-                      force=args.force, bind_all_interfaces=args.bind_all_interfaces)
+                      force=args.force, bind_all_interfaces=args.bind_all_interfaces,
+                      shards=settings.replay_shards)
     return run_cluster(cluster, collectors=collectors, eval_role=not args.no_eval,
                        settings=settings, params=params, verbose=not args.quiet)
 

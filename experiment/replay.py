@@ -62,6 +62,9 @@ class ServerLink:
       samples_in_flight: windows the learner keeps requested ahead per sampling stream
         (None: Reverb's backend default, twice the batch). A whole learner call's worth
         keeps the pipeline full across a round trip of several ms to another machine.
+      flush_timeout_s: how long a collector's write may wait for the server (None: the
+        writer's default, 60 s); a sharded run's collectors wait less, so that they move
+        to another shard soon when theirs dies.
     """
 
     timeout_s: float
@@ -69,6 +72,7 @@ class ServerLink:
     flush_every: int = 256
     server: Any = None
     samples_in_flight: Optional[int] = None
+    flush_timeout_s: Optional[float] = None
 
 
 @dataclasses.dataclass
@@ -192,6 +196,8 @@ def _server_options(mode, link):
     options = dict(server_address=link.address, table_name=REPLAY_TABLE,
                    flush_every=link.flush_every,
                    rate_limiter_timeout_ms=int(link.timeout_s * 1000))
+    if link.flush_timeout_s is not None:
+        options['flush_timeout_ms'] = int(link.flush_timeout_s * 1000)
     if mode is Mode.LEARNER:
         # No writer stream to break when the server goes away; Reverb's own worker count
         # for the learner's stream: with a fixed 2 workers a killed server crashed the

@@ -20,9 +20,12 @@ from buffers.base import Capabilities, validate_capacity
 from buffers.reverb.layout import Layout
 from buffers.reverb.reader import SIGNATURE_TIMEOUT_S, WindowReader
 from buffers.reverb.server import ReplayServer
-from buffers.reverb.writer import WindowWriter
+from buffers.reverb.writer import FLUSH_TIMEOUT_MS, WindowWriter
 from core.checks import check
 from core.errors import UserError
+
+# Writers to servers that died, never closed: closing one waits for its server (see `retarget`).
+_LEFT_BEHIND = []
 
 
 class _ReverbCheckpoint(tf.train.experimental.PythonState):
@@ -55,7 +58,7 @@ class ReverbBackend:
                  server_address=None, server=None, table_name=None, checkpoint_dir=None,
                  max_in_flight_samples_per_worker=None, num_workers_per_iterator=2,
                  flush_every=256, rate_limiter_timeout_ms=10_000, keep_checkpoints=2,
-                 chunk_length=None, read_only=False):
+                 chunk_length=None, read_only=False, flush_timeout_ms=FLUSH_TIMEOUT_MS):
         """Starts (or connects to) the server and opens the writer.
 
         Args:
@@ -95,6 +98,8 @@ class ReverbBackend:
           read_only: open no writer (a remote learner only samples): no stream to
             the server that could break when it goes away; `add` is refused, and
             sampling ends (an error) at the first timeout instead of reconnecting.
+          flush_timeout_ms: how long a write may wait for the server to take its items
+            before it fails (the rate limiter holding inserts counts as waiting).
 
         Raises:
           UserError: on an impossible capacity, or a `server_address` whose
@@ -122,7 +127,8 @@ class ReverbBackend:
         self._layout = Layout(data_spec, num_steps)
         self._writer_options = dict(table_name=self._table_name, num_envs=num_envs,
                                     num_steps=num_steps, flush_every=flush_every,
-                                    chunk_length=chunk_length)
+                                    chunk_length=chunk_length,
+                                    flush_timeout_ms=flush_timeout_ms)
         self._reader = WindowReader(
             self._layout, table_name=self._table_name, num_steps=num_steps,
             max_in_flight=max_in_flight_samples_per_worker, num_workers=num_workers_per_iterator,
@@ -217,13 +223,15 @@ class ReverbBackend:
         self._reader.connect(self._address)
         self._tf_client = None
 
-    def retarget(self, server_address):
+    def retarget(self, server_address, *, old_server_alive=True):
         """Writes from now on to the same table on the server at `server_address`.
 
         A collector of a sharded run moves between replay shards this way: pending items
         are flushed to the old server, and the new writer is primed with the last
         `num_steps - 1` steps, so the windows spanning the move are not lost (they are
-        written on the new server; those steps are stored on both).
+        written on the new server; those steps are stored on both). When the old server
+        is gone (`old_server_alive=False`), its writer is neither flushed nor closed
+        (either could wait for it) but left behind: its pending items are lost with it.
 
         Raises:
           UserError: the new server lacks a matching table.
@@ -233,7 +241,11 @@ class ReverbBackend:
                 raise RuntimeError(f"{type(self).__name__}.retarget needs a writer at a server "
                                    "run elsewhere (server_address=).")
             recent = self._writer.recent_steps()
-            self._writer.flush()
+            if old_server_alive:
+                self._writer.flush()
+            else:
+                _LEFT_BEHIND.append(self._writer)
+                self._writer = None
             self._disconnect()
             self._address = server_address
             self._check_external_table()

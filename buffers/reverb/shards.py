@@ -24,6 +24,10 @@ buffer hands out are `(shard, key)` pairs, int64 `[..., 2]`, and `update_priorit
 sends each priority to the shard that holds its key.
 """
 
+import queue
+import threading
+import time
+
 import numpy as np
 import reverb
 import tensorflow as tf
@@ -59,6 +63,7 @@ class ShardedReplay:
         self._seed = seed
         self._timeout_s = timeout_s
         self._states = None
+        self._priority_updaters = None
         count = len(shards)
         # -1: no window drawn from that shard yet (its mass is estimated from its size).
         self._sampled_mass = tf.Variable(tf.fill([count], tf.constant(-1.0, tf.float64)),
@@ -164,7 +169,11 @@ class ShardedReplay:
         self.refresh()
         streams = [self._shard_stream(k, batch_size, num_steps) for k in range(self.num_shards)]
         weights = tf.data.Dataset.from_tensors(0).repeat().map(lambda _: self._weights())
-        mixed = tf.data.Dataset.sample_from_datasets(streams, weights=weights, seed=self._seed)
+        # A shard's stream ends when its table gives nothing within the rate limiter's
+        # timeout; the mix then ends too (an OutOfRangeError the learner answers by
+        # reopening, as with one server) instead of drawing on without that shard.
+        mixed = tf.data.Dataset.sample_from_datasets(streams, weights=weights, seed=self._seed,
+                                                     stop_on_empty_dataset=True)
         alpha = self._alpha
         decode = self._shards[0].decode_window
 
@@ -179,13 +188,38 @@ class ShardedReplay:
             windows, num_parallel_calls=tf.data.AUTOTUNE)
 
     def update_priorities(self, keys, priorities):
-        """Sends each window's new priority to the shard that holds its key."""
-        keys = tf.reshape(tf.convert_to_tensor(keys, tf.int64), [-1, 2])
-        priorities = tf.reshape(priorities, [-1])
-        for index, shard in enumerate(self._shards):
-            mine = tf.equal(keys[:, KEY_SHARD], index)
-            shard.update_priorities(tf.boolean_mask(keys[:, KEY_VALUE], mine),
-                                    tf.boolean_mask(priorities, mine))
+        """Sends each window's new priority to the shard that holds its key; eager only.
+
+        The updates go out on one thread per shard, so the learner never waits on them:
+        Reverb's priority update has no timeout, and one sent to a shard that was just
+        killed would hold the learner until the shard is back. A shard that falls
+        `UPDATE_QUEUE` calls behind (it is down) loses the oldest pending ones: its table
+        comes back from a checkpoint older than them anyway.
+        """
+        if not tf.executing_eagerly():
+            raise RuntimeError("ShardedReplay.update_priorities runs eagerly (the learner "
+                               "calls it after each chunk), not inside a tf.function.")
+        keys = np.asarray(keys, np.int64).reshape(-1, 2)
+        priorities = np.asarray(priorities).reshape(-1)
+        for index, updater in enumerate(self._updaters()):
+            mine = keys[:, KEY_SHARD] == index
+            if mine.any():
+                updater.send(keys[mine, KEY_VALUE], priorities[mine])
+
+    def _updaters(self):
+        if self._priority_updaters is None:
+            self._priority_updaters = [_PriorityUpdater(shard) for shard in self._shards]
+        return self._priority_updaters
+
+    def wait_for_updates(self, timeout_s=10.0):
+        """Blocks until every priority update sent so far has reached its shard (or the
+        time is up); returns whether all had."""
+        deadline = time.monotonic() + timeout_s
+        return all(updater.wait(deadline) for updater in self._priority_updaters or [])
+
+    def dropped_updates(self):
+        """Priority-update calls dropped because a shard fell behind (was down), per shard."""
+        return [u.dropped for u in self._priority_updaters or []]
 
     def metrics(self):
         """Per shard and in total: windows stored, and whether the shard is ready."""
@@ -196,8 +230,67 @@ class ShardedReplay:
         return values
 
     def close(self):
+        for updater in self._priority_updaters or []:
+            updater.stop()
         for shard in self._shards:
             shard.close()
+
+
+UPDATE_QUEUE = 16  # priority-update calls a shard may fall behind before the oldest are dropped
+
+
+class _PriorityUpdater:
+    """One shard's priority updates, sent in order on a thread of their own."""
+
+    def __init__(self, shard):
+        self._shard = shard
+        self._queue = queue.Queue()
+        self._lock = threading.Lock()
+        self._idle = threading.Condition()
+        self._pending = 0  # calls sent and not yet done
+        self.dropped = 0
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name='shard-priorities')
+        self._thread.start()
+
+    def send(self, keys, priorities):
+        with self._lock:
+            while self._queue.qsize() >= UPDATE_QUEUE:
+                try:
+                    self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                self.dropped += 1
+                self._done()
+            with self._idle:
+                self._pending += 1
+            self._queue.put((keys, priorities))
+
+    def _done(self):
+        with self._idle:
+            self._pending -= 1
+            self._idle.notify_all()
+
+    def wait(self, deadline):
+        with self._idle:
+            return self._idle.wait_for(lambda: self._pending == 0,
+                                       timeout=max(0.0, deadline - time.monotonic()))
+
+    def _run(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            keys, priorities = item
+            try:
+                self._shard.update_priorities(tf.constant(keys), tf.constant(priorities))
+            except (tf.errors.OpError, RuntimeError, reverb.errors.ReverbError):
+                self.dropped += 1  # the shard went away mid-call; its checkpoint predates it
+            self._done()
+
+    def stop(self):
+        """Ends the thread after what is queued (a thread stuck on a dead shard stays)."""
+        self._queue.put(None)
 
 
 def choose_shard(inserted, local=None, current=None, rates=None, tolerance=0.01, offset=0):

@@ -25,7 +25,7 @@ class WindowWriter:
     """Appends batched steps and creates one `num_steps` window per env copy and step."""
 
     def __init__(self, client, layout, *, table_name, num_envs, num_steps, flush_every,
-                 chunk_length=None):
+                 chunk_length=None, flush_timeout_ms=FLUSH_TIMEOUT_MS):
         """Opens a trajectory writer on `client`.
 
         Args:
@@ -37,11 +37,13 @@ class WindowWriter:
           flush_every: every `flush_every` new items the writer blocks until at most
             that many are unconfirmed by the server (a bound on pending items).
           chunk_length: steps per Reverb chunk in every column (None: Reverb tunes it).
+          flush_timeout_ms: how long a flush may wait for the server before it fails.
         """
         self._layout = layout
         self._table_name = table_name
         self._num_envs, self._num_steps = num_envs, num_steps
         self._flush_every = flush_every
+        self._flush_timeout_ms = int(flush_timeout_ms)
         self._writer = client.trajectory_writer(num_keep_alive_refs=num_steps)
         if chunk_length is not None:
             # Configured before the first append: columns are created with it.
@@ -88,7 +90,7 @@ class WindowWriter:
         self._unflushed += self._num_envs
         if self._unflushed >= self._flush_every:
             self._writer.flush(block_until_num_items=self._flush_every,
-                               timeout_ms=FLUSH_TIMEOUT_MS)
+                               timeout_ms=self._flush_timeout_ms)
             self._unflushed = 0
         return self._num_envs
 
@@ -112,7 +114,7 @@ class WindowWriter:
 
     def flush(self):
         """Sends every pending item and waits until the server has it."""
-        self._writer.flush(timeout_ms=FLUSH_TIMEOUT_MS)
+        self._writer.flush(timeout_ms=self._flush_timeout_ms)
         self._unflushed = 0
 
     def close(self):

@@ -32,11 +32,16 @@ class Cluster:
     """The role processes of one run: start, signal, restart, stop -- always bounded."""
 
     def __init__(self, *, gin_files, gin_bindings=(), root_dir, port, seed=0, force=False,
-                 bind_all_interfaces=False, env=None):
+                 bind_all_interfaces=False, env=None, shards=1):
+        """`port` serves replay shard 0; shards 1..K-1 (`shards` = K) get free ports."""
         self.gin_args = [f'--gin_file={f}' for f in gin_files] + \
             [f'--gin_bindings={b}' for b in gin_bindings]
         self.root_dir = root_dir
-        self.address = f'localhost:{port}'
+        self.shards = shards
+        self.shard_addresses = [f'localhost:{port}'] + [f'localhost:{free_port()}'
+                                                         for _ in range(shards - 1)]
+        # What every role gets as --replay_address: every shard, in order.
+        self.address = ','.join(self.shard_addresses)
         self.seed = seed
         self.force = force
         self.bind_all_interfaces = bind_all_interfaces
@@ -47,28 +52,36 @@ class Cluster:
         self.log_dir = os.path.join(root_dir, 'logs')
         os.makedirs(self.log_dir, exist_ok=True)
 
-    def command(self, role, collector_id=0):
+    def command(self, role, index=0):
+        """The role's command line; `index` is the collector's number or the replay shard's."""
         cmd = [sys.executable, os.path.join(ROOT, 'train.py'), f'--role={role}', *self.gin_args,
                f'--root_dir={self.root_dir}', f'--replay_address={self.address}',
                f'--seed={self.seed}']
         if role == 'collect':
-            cmd.append(f'--collector_id={collector_id}')
+            cmd.append(f'--collector_id={index}')
+        if role == 'replay' and index:
+            cmd.append(f'--shard={index}')
         if role == 'replay' and self.bind_all_interfaces:
             cmd.append('--bind_all_interfaces')
         if self.force:
             cmd.append('--force')
         return cmd
 
-    @staticmethod
-    def name_of(role, collector_id=0):
-        return {'replay': 'replay', 'learn': 'learner', 'eval': 'eval'}.get(
-            role, f'collector_{collector_id}')
+    def name_of(self, role, index=0):
+        from experiment.distributed.common import role_name
+
+        return role_name(role, index, self.shards)
+
+    def replay_names(self):
+        return [self.name_of('replay', shard) for shard in range(self.shards)]
 
     def log_path(self, name):
         return os.path.join(self.log_dir, f'{name}.log')
 
     def start(self, role, collector_id=0):
-        """Starts one role (in its own session, so a terminal's Ctrl-C reaches only us)."""
+        """Starts one role (in its own session, so a terminal's Ctrl-C reaches only us).
+
+        `collector_id` is the collector's number, or for `replay` the shard's."""
         name = self.name_of(role, collector_id)
         if name in self.procs and self.procs[name][0].poll() is None:
             raise RuntimeError(f'{name} is already running')
@@ -118,9 +131,10 @@ class Cluster:
             self.returncode(name)  # notes when it exited
 
     def stop_all(self, grace_s=60.0):
-        """Workers first (the learner checkpoints), the replay server last (it checkpoints)."""
-        self.stop([name for name in self.procs if name != 'replay'], grace_s)
-        self.stop(['replay'], grace_s)
+        """Workers first (the learner checkpoints), the replay servers last (they checkpoint)."""
+        replay = self.replay_names()
+        self.stop([name for name in self.procs if name not in replay], grace_s)
+        self.stop(replay, grace_s)
 
     def tail(self, name, lines=15):
         try:
@@ -163,16 +177,19 @@ def run_cluster(cluster, *, collectors, eval_role=True, settings, params, verbos
     final = 'eval' if eval_role else 'learner'
     interrupted = False
     try:
-        cluster.start('replay')
-        wait_for_server(cluster.address, timeout_s=settings.timeout_s,
-                        deadline_s=settings.give_up_after_s,
-                        alive=lambda: cluster.alive('replay'))
+        replay = [cluster.start('replay', shard) for shard in range(cluster.shards)]
+        for name, address in zip(replay, cluster.shard_addresses):
+            wait_for_server(address, timeout_s=settings.timeout_s,
+                            deadline_s=settings.give_up_after_s,
+                            alive=lambda name=name: cluster.alive(name))
         names = [cluster.start('learn')]
         names += [cluster.start('collect', i) for i in range(collectors)]
         if eval_role:
             names.append(cluster.start('eval'))
-        say(f"replay server at {cluster.address}; roles and their logs:")
-        for name in ['replay', *names]:
+        where = (f"replay server at {cluster.address}" if cluster.shards == 1 else
+                 f"{cluster.shards} replay shards at {cluster.address}")
+        say(f"{where}; roles and their logs:")
+        for name in [*replay, *names]:
             say(f"  {name:<12} pid {cluster.procs[name][0].pid:<8} {cluster.log_path(name)}")
         _supervise(cluster, final, say, params, start)
     except KeyboardInterrupt:
@@ -185,7 +202,9 @@ def run_cluster(cluster, *, collectors, eval_role=True, settings, params, verbos
     metrics = {
         'eval': read_metrics(os.path.join(cluster.root_dir, 'eval')),
         'learner': read_metrics(os.path.join(cluster.root_dir, 'learner')),
-        'replay': read_metrics(os.path.join(cluster.root_dir, 'replay')),
+        'replay': read_metrics(os.path.join(cluster.root_dir, 'replay')) if cluster.shards == 1
+        else [read_metrics(os.path.join(cluster.root_dir, name))
+              for name in cluster.replay_names()],
         'collectors': collectors, 'interrupted': interrupted,
         'restarts': dict(cluster.restarts),
         'wall_time_s': time.monotonic() - start,
@@ -242,11 +261,18 @@ def _progress_line(cluster, params, start):
     evaluation = read_metrics(os.path.join(cluster.root_dir, 'eval')) or {}
     last = evaluation.get('final_eval_return')
     text = 'n/a' if last is None else f"{last:.1f} at env step {evaluation['last_eval_env_step']:,}"
-    try:
-        counters = common.replay_counters(reverb.Client(cluster.address).server_info(2))
-        steps = f"{counters['inserted']:>9,}"
-    except (RuntimeError, reverb.errors.ReverbError):
-        steps = '        ?'
+    shards = []
+    for address in cluster.shard_addresses:
+        try:
+            shards.append(common.replay_counters(reverb.Client(address).server_info(2)))
+        except (RuntimeError, reverb.errors.ReverbError):
+            shards.append(None)
+    steps = ('        ?' if None in shards else
+             f"{sum(shard['inserted'] for shard in shards):>9,}")
+    sizes = ''
+    if cluster.shards > 1:  # each shard's windows stored (down: 'down')
+        sizes = ' | shards ' + ' / '.join('down' if shard is None else f"{shard['size']:,}"
+                                         for shard in shards)
     running = sum(cluster.alive(name) for name in cluster.procs)
-    return (f"env step {steps}/{params.num_env_steps:,} | last eval {text} | "
+    return (f"env step {steps}/{params.num_env_steps:,} | last eval {text}{sizes} | "
             f"{time.monotonic() - start:6.0f} s | {running}/{len(cluster.procs)} roles up")

@@ -13,6 +13,12 @@ holds its inserts: the failed chunk is dropped (experience is cheap), the
 writer is rebuilt with backoff, and the watchdog logs who it waits on. It
 ends when the table has received `run.num_env_steps` transitions, or on
 SIGINT/SIGTERM.
+
+With sharded replay (`distributed.settings.replay_shards` > 1) it writes to one
+shard at a time, chosen at every weight pull by `buffers.reverb.shards.choose_shard`:
+balanced first, then the one it writes to, then one on its own machine. Moving keeps
+every window (the writer is retargeted, `ReverbBackend.retarget`); a shard that goes
+down is left at the next reconnect. Weights come from shard 0.
 """
 
 import time
@@ -20,12 +26,16 @@ import time
 import tensorflow as tf
 from tf_agents.metrics import tf_metrics
 
+from buffers.reverb.shards import choose_shard
 from core import rundir, seeds, tags
 from envs.suite import make_env
-from experiment.distributed import common, tables
+from experiment.distributed import common, tables, tier
 from experiment.distributed.waiting import TRANSIENT, Stopped, Watchdog, one_line, retry
 from experiment.loop import Collection
 from experiment.replay import Mode
+
+# Writers of replay shards that died: never closed (closing one waits for its server).
+_LEFT_BEHIND = []
 
 
 class _Collector:
@@ -33,7 +43,7 @@ class _Collector:
 
     def __init__(self, role, settings, params, *, address, collector_id, seed):
         self.role, self.settings, self.params = role, settings, params
-        self.address, self.seed = address, seed
+        self.seed = seed
         env = make_env(seed=seeds.collection(seed, collector_id))
         self.agent, self.train_step, self.tf_env = common.build_agent(params, seed=seed, env=env)
         self.num_envs = self.tf_env.batch_size
@@ -45,22 +55,33 @@ class _Collector:
             'collector/episodes': tf_metrics.NumberOfEpisodes(),
         }
         self.env_step_counter = tf.Variable(0, dtype=tf.int64, name='env_steps')
-        self.store = tables.WeightStore(address, timeout_s=settings.timeout_s)
+        self.collector_id = collector_id
+        self.tier = tier.ReplayTier(tier.parse_addresses(address, settings.replay_shards),
+                                    timeout_s=settings.timeout_s)
+        self.store = tables.WeightStore(self.tier.weights_address, timeout_s=settings.timeout_s)
+        self.shard = 0  # the shard written to
+        self.last_reading = None  # (time.monotonic(), inserted per shard) at the last choice
         self.writer = None
         self.env_steps = 0
         self.policy_step = None  # the learner step of the weights in use; None: none pulled
         self.global_inserted = 0
         self.staleness = []
+        self.moves = 0  # shard changes (sharded replay)
+
+    @property
+    def address(self):
+        """The replay shard this collector writes to."""
+        return self.tier.addresses[self.shard]
 
     def whom(self):
         return f"the replay server at {self.address} or the learner (rate limiter)"
 
     def probe(self):
-        return common.limiter_state(common.replay_counters(self.store.server_info()))
+        return common.limiter_state(self.tier.counters())
 
     def finished(self):
         """Why collecting is over (the table has the run's transitions), or None."""
-        inserted = common.replay_counters(self.store.server_info())['inserted']
+        inserted = self.tier.counters()['inserted']
         budget = self.params.num_env_steps
         if inserted >= budget:
             return f"the table has {inserted:,} transitions, the run's {budget:,}"
@@ -68,6 +89,13 @@ class _Collector:
 
     def connect(self):
         """Opens the writer (with retries) and traces the two collect functions for it."""
+        if self.tier.num_shards > 1:
+            shards = self.tier.shard_counters()
+            if self.writer is not None and shards[self.shard] is None:
+                # Closing a writer waits for its server: leave a dead shard's writer behind.
+                _LEFT_BEHIND.append(self.writer)
+                self.writer = None
+            self.shard = self.choose_shard(shards)
         if self.writer is not None:
             try:
                 self.writer.close()
@@ -89,14 +117,47 @@ class _Collector:
         self.collection.collect_random.get_concrete_function()
         self.collection.collect_with_agent.get_concrete_function()
 
+    def choose_shard(self, shards=None):
+        """The shard to write to now (`choose_shard`), from each shard's counters."""
+        shards = shards if shards is not None else self.tier.shard_counters()
+        inserted = [None if c is None else c['inserted'] for c in shards]
+        now, rates = time.monotonic(), None
+        if self.last_reading is not None:
+            then, before = self.last_reading
+            rates = [0.0 if new is None or old is None else (new - old) / max(now - then, 1e-6)
+                     for new, old in zip(inserted, before)]
+        self.last_reading = (now, inserted)
+        return choose_shard(inserted, local=self.tier.local_shards(), current=self.shard,
+                            rates=rates, offset=self.collector_id)
+
+    def rebalance(self):
+        """Moves the writer to another shard when that one should get the next windows.
+
+        Returns the shard moved to, or None. A failed move leaves the writer broken: the
+        next chunk fails and reconnects (choosing again).
+        """
+        if self.tier.num_shards == 1:
+            return None
+        shards = self.tier.shard_counters()
+        chosen = self.choose_shard(shards)
+        if chosen == self.shard:
+            return None
+        alive = shards[self.shard] is not None
+        if not alive:
+            self.role.log(f"replay shard {self.shard} at {self.address} does not answer; "
+                          f"moving to shard {chosen} at {self.tier.addresses[chosen]}")
+        self.shard = chosen
+        self.moves += 1
+        self.writer.retarget(self.address, old_server_alive=alive)
+        return chosen
+
     def pull(self):
-        """Refreshes weights and the table's insert count; returns the insert count."""
+        """Refreshes weights and the run's insert count; returns the insert count."""
         def call():
-            counters = common.replay_counters(self.store.server_info())
-            return counters, self.store.pull()
+            return self.tier.counters(), self.store.pull()
 
         counters, pulled = retry(self.role, call, what='pulling weights',
-                                 whom=f'the replay server at {self.address}',
+                                 whom=self.tier.describe(),
                                  timeout_s=self.settings.timeout_s)
         self.global_inserted = counters['inserted']
         if pulled is not None:
@@ -148,6 +209,7 @@ def main(root_dir, *, address, collector_id=0, seed=0, force=False, verbose=True
         role.restore_signal_handlers()
         summaries.close()
     result = {'env_steps': collector.env_steps, 'policy_train_step': collector.policy_step,
+              'shard_moves': collector.moves,
               'env_steps_per_sec': collector.env_steps / max(time.monotonic() - start, 1e-9),
               'finished_at': finished_at}
     rundir.write_metrics(directory, result)
@@ -161,13 +223,21 @@ def _loop(collector, role, settings, params, summaries, watchdog):
     next_summary = time.monotonic() + settings.summary_interval_s
     while not role.stop.is_set():
         if collector.env_steps >= next_pull:
-            with watchdog.waiting('pulling weights', f'the replay server at {collector.address}'):
+            with watchdog.waiting('pulling weights', collector.tier.describe()):
                 inserted = collector.pull()
             if inserted >= params.num_env_steps:
                 role.log(f"the table has {collector.global_inserted:,} transitions, the run's "
                          f"{params.num_env_steps:,}: collection done")
                 return
             next_pull = collector.env_steps + settings.weight_pull_interval
+            try:
+                with watchdog.waiting('moving to another replay shard', collector.tier.describe()):
+                    collector.rebalance()
+            except TRANSIENT as error:
+                role.log(f"moving to replay shard {collector.shard} failed ({one_line(error)}); "
+                         "reconnecting")
+                with watchdog.waiting('reconnecting the replay writer', collector.tier.describe()):
+                    collector.connect()
         try:
             with watchdog.waiting('writing a chunk of env steps to replay', collector.whom(),
                                   collector.probe, collector.finished):
@@ -181,8 +251,11 @@ def _loop(collector, role, settings, params, summaries, watchdog):
             continue
         if collector.fresh_writer:
             collector.fresh_writer = False
-            role.log(f"writing to the replay server at {collector.address} "
-                     f"({collector.num_envs} envs, {collector.env_steps:,} env steps so far)")
+            where = (f"replay shard {collector.shard} at {collector.address}"
+                     if collector.tier.num_shards > 1 else
+                     f"the replay server at {collector.address}")
+            role.log(f"writing to {where} ({collector.num_envs} envs, "
+                     f"{collector.env_steps:,} env steps so far)")
         if time.monotonic() >= next_summary:
             _summarize(collector, summaries)
             next_summary = time.monotonic() + settings.summary_interval_s
@@ -197,9 +270,12 @@ def _summarize(collector, summaries):
         collector.staleness = []
     if collector.policy_step is not None:
         scalars['collector/policy_train_step'] = collector.policy_step
+    if collector.tier.num_shards > 1:
+        scalars['collector/shard'] = collector.shard
     values = summaries.write(collector.global_inserted, scalars, {
         'collector/env_steps': collector.env_steps,
-        'collector/episodes': int(collector.metrics['collector/episodes'].result())})
+        'collector/episodes': int(collector.metrics['collector/episodes'].result()),
+        'collector/shard_moves': collector.moves})
     if 'collector/env_steps_per_sec' in values:
         summaries.write(collector.global_inserted,
                         {tags.ENV_STEPS_PER_SEC: values['collector/env_steps_per_sec']})

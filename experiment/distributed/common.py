@@ -88,8 +88,12 @@ def remote_backend(mode, params, settings, agent, *, num_envs, address, seed):
     """
     in_flight = settings.learner_steps_per_call * params.batch_size \
         if mode is Mode.LEARNER else None
+    # With shards, a collector whose shard died moves to another once a write fails.
+    flush_timeout = max(10.0, 3 * settings.timeout_s) \
+        if mode is Mode.COLLECTOR and settings.replay_shards > 1 else None
     link = ServerLink(timeout_s=settings.timeout_s, address=address,
-                      flush_every=settings.flush_every, samples_in_flight=in_flight)
+                      flush_every=settings.flush_every, samples_in_flight=in_flight,
+                      flush_timeout_s=flush_timeout)
     return build_replay(mode, params, agent, num_envs=num_envs, seed=seed, link=link).backend
 
 

@@ -16,7 +16,7 @@ the first evaluation at or above `run.target_return`.
 import time
 
 from core import rundir, seeds, tags
-from experiment.distributed import common, config, tables
+from experiment.distributed import common, config, tables, tier
 from experiment.distributed.waiting import Stopped, Watchdog, retry
 from experiment.judging import Judging, eval_env
 from experiment.run_state import RunState
@@ -36,13 +36,15 @@ class _Eval:
         self.judging = Judging(root_dir, self.agent.policy, self.env, config=params, seed=seed,
                                train_step=self.train_step, unit='env steps', say=role.log)
         self.evaluator, self.best = self.judging.evaluator, self.judging.best
-        self.store = tables.WeightStore(address, timeout_s=settings.timeout_s)
-        self.whom = f'the replay server at {address}'
+        self.tier = tier.ReplayTier(tier.parse_addresses(address, settings.replay_shards),
+                                    timeout_s=settings.timeout_s)
+        self.store = tables.WeightStore(self.tier.weights_address, timeout_s=settings.timeout_s)
+        self.whom = self.tier.describe()
         self.policy_step = None
 
     def inserted(self):
         return retry(self.role,
-                     lambda: common.replay_counters(self.store.server_info())['inserted'],
+                     lambda: self.tier.counters()['inserted'],
                      what='reading the replay table', whom=self.whom,
                      timeout_s=self.settings.timeout_s)
 

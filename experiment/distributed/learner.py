@@ -23,21 +23,27 @@ collectors are done and no batch comes any more.
 
 import contextlib
 import os
+import threading
 import time
 
 import tensorflow as tf
 
+from buffers.reverb.shards import ShardedReplay
 from core import rundir, tags
 from core.export import export_policy
 from core.schedules import linear_schedule
 from experiment.checkpointing import Checkpointer
-from experiment.distributed import common, config, tables
+from experiment.distributed import common, config, tables, tier
 from experiment.distributed.waiting import TRANSIENT, Stopped, Watchdog, one_line, retry
 from experiment.loop import Training, divergence_error, nonfinite
 from experiment.replay import Mode, num_steps_of
 
 # Batch iterators a stopped learner leaves open (see `_Learner.disconnect`).
 _LEFT_OPEN = []
+# Sharded replay: how often the shards' weights are refreshed, and how long a shard may take
+# to answer before it counts as down.
+SHARD_REFRESH_S = 2.0
+SHARD_REFRESH_TIMEOUT_S = 1.0
 
 
 class _Learner:
@@ -51,19 +57,25 @@ class _Learner:
         self.checkpointer = Checkpointer(os.path.join(directory, 'checkpoints'),
                                          **self.agent.checkpoint_items(),
                                          train_step=self.train_step)
-        self.store = tables.WeightStore(address, timeout_s=settings.timeout_s)
-        self.whom_server = f'the replay server at {address}'
+        self.tier = tier.ReplayTier(tier.parse_addresses(address, settings.replay_shards),
+                                    timeout_s=settings.timeout_s)
+        self.store = tables.WeightStore(self.tier.weights_address, timeout_s=settings.timeout_s)
+        self.whom_server = self.tier.describe()
+        self.next_refresh = 0.0
         self.importance_beta = linear_schedule(self.train_step, params.importance_beta_start,
                                                1.0, config.max_train_steps(params))
         self.backend = None
         self.training = None
+        self.batches = None
+        self.sampled_shards = None  # sharded replay: the shards the open dataset samples
+        self.reported_live = None  # ...and those last reported live in the log
         self.steady_from = None  # (time.monotonic(), train step) after the first chunk
 
     def probe(self):
-        return common.limiter_state(common.replay_counters(self.store.server_info()))
+        return common.limiter_state(self.tier.counters())
 
     def counters(self):
-        return retry(self.role, lambda: common.replay_counters(self.store.server_info()),
+        return retry(self.role, self.tier.counters,
                      what='reading the replay table', whom=self.whom_server,
                      timeout_s=self.settings.timeout_s)
 
@@ -81,10 +93,17 @@ class _Learner:
         `use_xla` says so. After a timeout or an outage `reopen` makes a fresh iterator
         without a new trace.
         """
-        def open_backend():
+        def remote(address):
             return common.remote_backend(Mode.LEARNER, self.params, self.settings, self.agent,
-                                         num_envs=self.num_envs, address=self.address,
+                                         num_envs=self.num_envs, address=address,
                                          seed=self.seed)
+
+        def open_backend():
+            if self.tier.num_shards == 1:
+                return remote(self.tier.addresses[0])
+            # Every shard's table is checked when its backend opens: all must be up now.
+            return ShardedReplay([remote(address) for address in self.tier.addresses],
+                                 seed=self.seed, timeout_s=SHARD_REFRESH_TIMEOUT_S)
 
         self.backend = retry(self.role, open_backend, what='opening the replay table',
                              whom=self.whom_server, timeout_s=self.settings.timeout_s)
@@ -96,18 +115,94 @@ class _Learner:
         self.reopen()
         self.training.trace_stacked(self.batches.element_spec)
 
-    def reopen(self):
-        """A fresh iterator over the table's stacked batches (retried while the server is away)."""
+    def reopen(self, abandon=False):
+        """A fresh iterator over the table's stacked batches (retried while the server is away).
+
+        `abandon`: the old iterator may be waiting on a dead shard, so it is left open
+        (dropping it would wait as long).
+        """
         def make():
             dataset = self.backend.as_dataset(self.params.batch_size,
                                               num_steps_of(self.agent))
             return iter(self.training.stacked_dataset(dataset))
 
+        if abandon and self.batches is not None:
+            _LEFT_OPEN.append(self.batches)
         self.batches = retry(self.role, make, what='opening the replay dataset',
                              whom=self.whom_server, timeout_s=self.settings.timeout_s)
+        if self.tier.num_shards > 1:
+            self.sampled_shards = self.live_shards()
+            self._report_shards(self.sampled_shards)
+
+    def _report_shards(self, live):
+        """Logs each shard that went down or came back since the last report."""
+        before = self.reported_live if self.reported_live is not None else \
+            set(range(self.tier.num_shards))
+        for shard in sorted(before - live):
+            self.role.log(f"replay shard {shard} at {self.tier.addresses[shard]} does not "
+                          "answer; sampling the other shards until it is back")
+        for shard in sorted(live - before):
+            self.role.log(f"replay shard {shard} at {self.tier.addresses[shard]} answers "
+                          "again; sampling it again")
+        self.reported_live = live
+
+    def live_shards(self):
+        down = set(self.backend.down_shards())
+        return {shard for shard in range(self.tier.num_shards) if shard not in down}
 
     def train(self):
-        return self.training.train_stacked(self.batches.get_next())
+        if self.tier.num_shards == 1:
+            return self.training.train_stacked(self.batches.get_next())
+        return self.training.train_stacked(self._next_sharded_batch())
+
+    def _next_sharded_batch(self):
+        """The next stacked batch, waited for on a helper thread.
+
+        Reverb keeps retrying a stream to a server that died, so a dataset drawing from
+        a killed shard would wait until the shard is back. While the batch does not come,
+        the shards are checked every `SHARD_REFRESH_S`; when one the dataset samples is
+        down, that dataset is left (its thread with it) and a new one over the live
+        shards takes its place.
+        """
+        while True:
+            batches, box, done = self.batches, {}, threading.Event()
+
+            def fetch():
+                try:
+                    box['value'] = batches.get_next()
+                except Exception as error:  # noqa: BLE001  (re-raised on the caller's thread)
+                    box['error'] = error
+                done.set()
+
+            threading.Thread(target=fetch, daemon=True, name='sharded-batch').start()
+            while not done.wait(SHARD_REFRESH_S):
+                if self.role.stop.is_set():
+                    raise Stopped()
+                if self.refresh_shards(force=True):
+                    break  # reopened: fetch from the new dataset
+            else:
+                if 'error' in box:
+                    raise box['error']
+                return box['value']
+
+    def refresh_shards(self, force=False):
+        """Sharded replay: re-weights the shards by their sizes and readiness (every
+        `SHARD_REFRESH_S`, or now with `force`), says when one goes down or comes back,
+        and reopens the dataset when the live shards are no longer the ones it samples.
+
+        Returns whether it reopened the dataset.
+        """
+        now = time.monotonic()
+        if self.tier.num_shards == 1 or self.backend is None or \
+                (now < self.next_refresh and not force):
+            return False
+        self.next_refresh = now + SHARD_REFRESH_S
+        self.backend.refresh()
+        after = self.live_shards()
+        if after != self.sampled_shards:
+            self.reopen(abandon=True)
+            return True
+        return False
 
     def disconnect(self):
         """Closes the backend; the open batch iterator is left open until the process ends.
@@ -241,6 +336,7 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
                 role.sleep(min(settings.timeout_s, 2.0))
             learner.reopen()
             continue
+        learner.refresh_shards()
         before, step = step, int(learner.train_step.numpy())
         if learner.steady_from is None:
             learner.steady_from = (time.monotonic(), step)

@@ -12,7 +12,9 @@ forever while a server is down).
 """
 
 import contextlib
+import faulthandler
 import os
+import signal
 import sys
 import threading
 import time
@@ -62,6 +64,9 @@ class Role:
 
     def install_signal_handlers(self):
         self._signals.install()
+        # `kill -USR1 <pid>` writes every thread's stack to the role's log: what a role
+        # that seems stuck is waiting on.
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     def restore_signal_handlers(self):
         self._signals.restore()

@@ -33,13 +33,15 @@ FAST = [
 WAIT_S = 150  # the longest any test waits for one condition (a busy 2-core machine)
 
 
-def tiny_dqn_cluster(tmp_path, *bindings):
-    """Real roles on DQN CartPole shrunk to (8, 8) networks, with `bindings` added."""
+def tiny_dqn_cluster(tmp_path, *bindings, shards=1):
+    """Real roles on DQN CartPole shrunk to (8, 8) networks, with `bindings` added (and
+    `shards` replay shards: bind distributed.settings.replay_shards to the same)."""
     os.chdir(ROOT)
     return Cluster(
         gin_files=['configs/dqn_cartpole.gin', 'configs/testing/tiny.gin'],
         gin_bindings=FAST + [*bindings, 'run.num_env_steps = 1000000'],
-        root_dir=str(tmp_path / 'run'), port=free_port(), bind_all_interfaces=True)
+        root_dir=str(tmp_path / 'run'), port=free_port(), bind_all_interfaces=True,
+        shards=shards)
 
 
 def wait_until(condition, what, cluster, timeout_s=WAIT_S):

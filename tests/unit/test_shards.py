@@ -95,6 +95,7 @@ def test_prioritized_sampling_over_shards_follows_priorities_over_all_windows(sh
     priority = {t: 1.0 + (t % 7) for t in every}
     keys = np.array([seen[t] for t in every], np.int64)
     sharded.update_priorities(tf.constant(keys), tf.constant([priority[t] for t in every]))
+    assert sharded.wait_for_updates() and sharded.dropped_updates() == [0, 0]
     # Routed: each shard's own table now holds exactly these priorities for its keys.
     for index, owner in enumerate(owners):
         stored = _stored_priorities(owner)
