@@ -95,19 +95,24 @@ class _Collector:
                 # Closing a writer waits for its server: leave a dead shard's writer behind.
                 _LEFT_BEHIND.append(self.writer)
                 self.writer = None
-            self.shard = self.choose_shard(shards)
         if self.writer is not None:
             try:
                 self.writer.close()
             except Exception:  # noqa: BLE001  (a dead server's writer may fail to close)
                 pass
-        self.writer = retry(
-            self.role,
-            lambda: common.remote_backend(Mode.COLLECTOR, self.params, self.settings, self.agent,
-                                          num_envs=self.num_envs, address=self.address,
-                                          seed=self.seed),
-            what='opening the replay writer', whom=f'the replay server at {self.address}',
-            timeout_s=self.settings.timeout_s)
+
+        def open_writer():
+            if self.tier.num_shards > 1:  # a live shard, chosen afresh on every try
+                shards = self.tier.shard_counters()
+                if all(shard is None for shard in shards):
+                    raise ConnectionError("no replay shard answers")
+                self.shard = self.choose_shard(shards)
+            return common.remote_backend(Mode.COLLECTOR, self.params, self.settings,
+                                         self.agent, num_envs=self.num_envs,
+                                         address=self.address, seed=self.seed)
+
+        self.writer = retry(self.role, open_writer, what='opening the replay writer',
+                            whom=self.tier.describe(), timeout_s=self.settings.timeout_s)
         self.fresh_writer = True
         self.collection = Collection(
             tf_env=self.tf_env, collect_policy=self.agent.collect_policy,

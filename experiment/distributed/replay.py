@@ -54,14 +54,29 @@ def main(root_dir, *, address, shard=0, bind_all_interfaces=False, seed=0, force
     # The replay backend hosts the server: the table's layout, sampler and checkpoints are
     # the ones a single-process Reverb run uses, with the distributed rate limiter. With
     # pixels the table stores single frames; collectors and the learner stack them.
-    server = ReplayServer(checkpoint_dir=checkpoint_dir, port=port,
-                          rate_limiter=config.rate_limiter(settings),
-                          extra_tables=weights, initial_checkpoint=restoring)
     shard_params = dataclasses.replace(
         params, replay_capacity=params.replay_capacity // settings.replay_shards)
-    backend = build_replay(Mode.SERVER, shard_params, agent, num_envs=tf_env.batch_size,
-                           seed=seed,
-                           link=ServerLink(timeout_s=settings.timeout_s, server=server)).hosted
+
+    def serve(checkpoint):
+        server = ReplayServer(checkpoint_dir=checkpoint_dir, port=port,
+                              rate_limiter=config.rate_limiter(settings),
+                              extra_tables=weights, initial_checkpoint=checkpoint)
+        link = ServerLink(timeout_s=settings.timeout_s, server=server)
+        return server, build_replay(Mode.SERVER, shard_params, agent,
+                                    num_envs=tf_env.batch_size, seed=seed, link=link).hosted
+
+    try:
+        server, backend = serve(restoring)
+    except UserError as error:
+        if settings.replay_shards == 1 or restoring is None:
+            raise
+        # One shard of several: the run goes on with this shard empty rather than stopping.
+        damaged = f'{restoring}.damaged'
+        os.replace(restoring, damaged)
+        role.log(f"cannot restore {restoring} ({error}); starting this shard empty (the "
+                 f"checkpoint is kept as {damaged})")
+        restoring = None
+        server, backend = serve(None)
     backend_class = type(backend)
     client = reverb.Client(server.address)
     counters = common.replay_counters(client.server_info(int(settings.timeout_s)))

@@ -14,6 +14,7 @@ forever while a server is down).
 import contextlib
 import faulthandler
 import os
+import re
 import signal
 import sys
 import threading
@@ -37,7 +38,11 @@ class Stopped(Exception):
 
 
 def one_line(error):
+    """`Type: message` on one line, without the Python traceback TF embeds in the message of
+    an error raised inside `tf.numpy_function` (a Reverb write) or the `{{function_node}}` tag."""
     text = ' '.join(str(error).split())
+    text = text.split(' Traceback (most recent call last)')[0]
+    text = re.sub(r'\{\{function_node [^}]*\}\}\s*', '', text)
     return f"{type(error).__name__}: {text[:200]}" if text else type(error).__name__
 
 

@@ -1,5 +1,6 @@
 """Refused before anything starts: deadlocking rate limits, unbounded waits, exposed servers."""
 
+import dataclasses
 import os
 
 import gin
@@ -46,10 +47,37 @@ def test_the_config_derives_the_single_process_replay_ratio(parse):
     ("distributed.settings.weight_pull_interval = 'often'", 'must be a positive whole number'),
     ('distributed.settings.flush_every = 2.5', 'flush_every must be a positive whole number'),
     ('distributed.settings.give_up_after_s = 20', 'three tries'),
+    ('distributed.settings.replay_shards = 0', 'replay_shards must be a positive whole number'),
+    # 32,768 samples of error buffer split 200 ways: 164 per shard, below 256 per insert.
+    ('distributed.settings.replay_shards = 200', 'split over replay_shards=200'),
 ])
 def test_settings_that_would_hang_are_refused(parse, binding, message):
     with pytest.raises(UserError, match=message):
         config.validate(*parse(binding))
+
+
+def test_each_shard_holds_its_share_of_the_limits_and_they_add_up(parse):
+    settings, params = parse('distributed.settings.replay_shards = 4')
+    config.validate(settings, params)
+    min_size, error_buffer = settings.shard_limits()
+    assert (min_size, error_buffer) == (250, 8192)  # 1000 / 4 and 32768 / 4
+    assert 4 * error_buffer == settings.error_buffer and 4 * min_size >= 1000
+    limiter = config.rate_limiter(settings)  # Reverb accepts each shard's limiter
+    assert limiter is not None
+    with pytest.raises(UserError, match='frame_stack=4 is not supported yet'):
+        config.validate(settings, dataclasses.replace(params, frame_stack=4))
+    with pytest.raises(UserError, match='fewer than run.batch_size'):
+        config.validate(settings, dataclasses.replace(params, replay_capacity=1000))
+
+
+def test_the_shard_addresses_must_match_the_shard_count():
+    from experiment.distributed import tier
+
+    assert tier.parse_addresses('a:1, b:2', 2) == ['a:1', 'b:2']
+    with pytest.raises(UserError, match=r'names 1 replay server\(s\) but .*replay_shards=2'):
+        tier.parse_addresses('a:1', 2)
+    with pytest.raises(UserError, match='is not HOST:PORT'):
+        tier.parse_addresses('a:1,b', 2)
 
 
 def test_reverb_agrees_that_the_accepted_limiter_is_valid(parse):

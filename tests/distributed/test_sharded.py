@@ -91,3 +91,25 @@ def test_two_shards_fill_evenly_are_both_sampled_and_survive_a_shard_kill(tmp_pa
 
 def _has_checkpoint(tmp_path):
     return any((tmp_path / 'run' / 'replay_1' / 'reverb').glob('ckpt-*/DONE'))
+
+
+def test_a_shard_with_a_damaged_checkpoint_starts_empty_with_one_line(tmp_path):
+    cluster = tiny_dqn_cluster(tmp_path, 'distributed.settings.replay_shards = 2', shards=2)
+    damaged = tmp_path / 'run' / 'replay_1' / 'reverb' / 'ckpt-000003'
+    damaged.mkdir(parents=True)
+    for name in ('tables.tfrecord', 'chunks.tfrecord'):
+        (damaged / name).write_bytes(b'not a reverb checkpoint' * 10)
+    (damaged / 'DONE').write_text('')
+    try:
+        cluster.start('replay', 1)
+        wait_until(lambda: _counters(cluster.shard_addresses[1]) is not None,
+                   'the shard to serve', cluster)
+        assert _counters(cluster.shard_addresses[1])['size'] == 0
+        log = open(cluster.log_path('replay_1')).read()
+        assert log.count('starting this shard empty') == 1, log
+        assert 'Traceback' not in log
+        assert (damaged.parent / 'ckpt-000003.damaged').is_dir() and not damaged.exists()
+    finally:
+        for name in list(cluster.procs):
+            if cluster.alive(name):
+                cluster.kill(name)
