@@ -36,6 +36,7 @@ from bench import (
     preprocessing_overhead,
     sac_speed,
     scaling,
+    shard_sampling,
     timing,
 )
 
@@ -51,6 +52,7 @@ SECTIONS = [
     ('learner_alone', learner_alone.section),
     ('latency', latency.section),
     ('scaling', scaling.section),
+    ('shards', shard_sampling.section),
 ]
 DEFAULT_OUTPUT = os.path.join(timing.REPO_ROOT, 'docs', 'benchmarks.md')
 

@@ -102,8 +102,14 @@ def sample_client(config, bindings, address, sync_dir, index):
     from experiment.replay import Mode, num_steps_of
 
     agent, _, tf_env = common.build_agent(params, seed=index)
-    backend = common.remote_backend(Mode.LEARNER, params, settings, agent,
-                                    num_envs=tf_env.batch_size, address=address, seed=index)
+    shards = [common.remote_backend(Mode.LEARNER, params, settings, agent,
+                                    num_envs=tf_env.batch_size, address=shard, seed=index)
+              for shard in address.split(',')]
+    if len(shards) == 1:
+        backend = shards[0]
+    else:  # replay shards (bench/shard_sampling.py): mixed as the learner mixes them
+        from buffers.reverb.shards import ShardedReplay
+        backend = ShardedReplay(shards, seed=index)
     steps = settings.learner_steps_per_call
     training = Training(agent=agent, backend=backend, batch_size=params.batch_size,
                         num_steps=num_steps_of(agent), train_steps=steps, use_xla=False)
@@ -131,19 +137,28 @@ def _loopback_bytes():
 
 
 def _server_counters(address):
+    """The replay table's counters, summed over every server of a comma-separated list."""
     import reverb
 
     from experiment.distributed.common import replay_counters
-    return replay_counters(reverb.Client(address).server_info(10))
+    shards = [replay_counters(reverb.Client(one).server_info(10))
+              for one in address.split(',')]
+    return {name: sum(shard[name] for shard in shards)
+            for name in ('size', 'inserted', 'sampled')}
 
 
-def _reading(address, pid):
-    return {'time': time.monotonic(), 'cpu_s': _server_cpu_s(pid), 'lo': _loopback_bytes(),
-            **_server_counters(address)}
+def _reading(address, pids):
+    """Counters of the server(s) at `address`, and the CPU time of the process(es) `pids`."""
+    pids = pids if isinstance(pids, (list, tuple)) else [pids]
+    return {'time': time.monotonic(), 'cpu_s': sum(_server_cpu_s(pid) for pid in pids),
+            'lo': _loopback_bytes(), **_server_counters(address)}
 
 
 def measure_phase(kind, clients, config, bindings, address, server_pid, seconds, log_dir):
-    """Runs `clients` clients of `kind` ('insert' or 'sample') together; the server's numbers."""
+    """Runs `clients` clients of `kind` ('insert' or 'sample') together; the server's numbers.
+
+    `address` may list several servers (replay shards) and `server_pid` be their pids.
+    """
     sync_dir = tempfile.mkdtemp(prefix='bench-capacity-')
     procs = []
     try:

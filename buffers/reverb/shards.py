@@ -132,29 +132,32 @@ class ShardedReplay:
 
     # -- Read path --------------------------------------------------------------------------------
 
-    def _shard_stream(self, index, batch_size, num_steps):
-        """Shard `index`'s samples as (data, key, priority, index), updating its mass.
+    def _shard_stream(self, index, batch_size, num_steps, group):
+        """Shard `index`'s samples in groups of `group`, as (data, key, priority, index) with a
+        leading `[group]` dimension, updating the shard's mass from each group.
 
         A shard that was down at the last `refresh` gets a stand-in stream of the same
         element type instead (Reverb would wait for it to answer): its weight is 0, so it
         is never drawn from; a dataset opened after it is back samples it again.
         """
         if self._states[index] is None:
-            zeros = tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype),
+            zeros = tf.nest.map_structure(lambda s: tf.zeros([group, *s.shape], s.dtype),
                                           self._shards[index].signature)
             return tf.data.Dataset.from_tensors(
-                (zeros, tf.constant(0, tf.int64), tf.constant(0.0, tf.float64),
-                 tf.constant(index, tf.int64))).repeat()
+                (zeros, tf.zeros([group], tf.int64), tf.zeros([group], tf.float64),
+                 tf.fill([group], tf.constant(index, tf.int64)))).repeat()
         alpha = self._alpha
 
         def tagged(sample):
             priority = tf.cast(sample.info.priority, tf.float64)
-            mass = tf.pow(priority, alpha) / tf.cast(sample.info.probability, tf.float64)
+            mass = tf.pow(priority[-1], alpha) / tf.cast(sample.info.probability[-1],
+                                                         tf.float64)
             self._sampled_mass.scatter_nd_update([[index]], [mass])
             return (sample.data, tf.bitcast(sample.info.key, tf.int64), priority,
-                    tf.constant(index, tf.int64))
+                    tf.fill([group], tf.constant(index, tf.int64)))
 
-        return self._shards[index].raw_samples(batch_size, num_steps).map(tagged)
+        samples = self._shards[index].raw_samples(batch_size, num_steps)
+        return samples.batch(group, drop_remainder=True).map(tagged)
 
     def down_shards(self):
         """The shards that did not answer at the last `refresh`."""
@@ -165,9 +168,17 @@ class ShardedReplay:
 
         `SampleInfo.keys` are int64 `[B, 2]` (shard, key) pairs; `probabilities` are each
         window's probability in the whole buffer, `q^alpha / sum of masses`.
+
+        The shard is chosen per group of `GROUP` windows (the largest of 16, 8, 4, 2, 1
+        dividing the batch), each window of a group drawn independently by its shard: every
+        window's chance of being drawn is the same as with a choice per window, and the
+        mixing costs 1/GROUP as many tf.data steps (per window it sampled 0.3x as fast as
+        one server; bench/shard_sampling.py).
         """
         self.refresh()
-        streams = [self._shard_stream(k, batch_size, num_steps) for k in range(self.num_shards)]
+        group = next(g for g in (16, 8, 4, 2, 1) if batch_size % g == 0)
+        streams = [self._shard_stream(k, batch_size, num_steps, group)
+                   for k in range(self.num_shards)]
         weights = tf.data.Dataset.from_tensors(0).repeat().map(lambda _: self._weights())
         # A shard's stream ends when its table gives nothing within the rate limiter's
         # timeout; the mix then ends too (an OutOfRangeError the learner answers by
@@ -178,13 +189,16 @@ class ShardedReplay:
         decode = self._shards[0].decode_window
 
         def windows(data, key, priority, shard):
+            # [B / group, group, ...] -> [B, ...]
+            data, key, priority, shard = tf.nest.map_structure(
+                lambda x: tf.reshape(x, [batch_size, *x.shape[2:]]), (data, key, priority, shard))
             window, _ = decode(data)
             total = tf.reduce_sum(self.masses())
             probabilities = tf.math.divide_no_nan(tf.pow(priority, alpha), total)
             keys = tf.stack([shard, key], axis=-1)
             return window, SampleInfo(keys=keys, probabilities=tf.cast(probabilities, tf.float32))
 
-        return mixed.batch(batch_size, drop_remainder=True).map(
+        return mixed.batch(batch_size // group, drop_remainder=True).map(
             windows, num_parallel_calls=tf.data.AUTOTUNE)
 
     def update_priorities(self, keys, priorities):

@@ -86,8 +86,10 @@ def remote_backend(mode, params, settings, agent, *, num_envs, address, seed):
     The same `ReplayBackend` (layout, priorities, ids) a single-process Reverb run
     uses, from the one replay assembly; every wait is bounded by `settings.timeout_s`.
     """
-    in_flight = settings.learner_steps_per_call * params.batch_size \
-        if mode is Mode.LEARNER else None
+    # A learner call's worth of windows requested ahead, shared by the shards it mixes (each
+    # supplies about 1/K of them).
+    in_flight = max(params.batch_size, settings.learner_steps_per_call * params.batch_size
+                    // settings.replay_shards) if mode is Mode.LEARNER else None
     # With shards, a collector whose shard died moves to another once a write fails.
     flush_timeout = max(10.0, 3 * settings.timeout_s) \
         if mode is Mode.COLLECTOR and settings.replay_shards > 1 else None

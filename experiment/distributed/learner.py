@@ -355,11 +355,18 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
         if time.monotonic() >= next_summary:
             with watchdog.waiting('reading the replay table', learner.whom_server):
                 counters = learner.counters()
+            scalars, totals = {}, {}
+            if learner.tier.num_shards > 1:
+                # The whole buffer (each shard's own is in its replay_<i> run).
+                scalars = {'replay/size': counters['size']}
+                totals = {'replay/inserted': counters['inserted'],
+                          'replay/sampled': counters['sampled']}
             values = summaries.write(counters['inserted'], {
-                tags.TRAIN_LOSS: float(loss),
+                tags.TRAIN_LOSS: float(loss), **scalars,
                 **{tag: float(value) for tag, value in
                    learner.agent.summary_scalars().items()}},
-                {'learner/train_steps': step}, kinds=learner.agent.stage_summaries())
+                {'learner/train_steps': step, **totals},
+                kinds=learner.agent.stage_summaries())
             if 'learner/train_steps_per_sec' in values:
                 summaries.write(counters['inserted'], {
                     tags.TRAIN_STEPS_PER_SEC: values['learner/train_steps_per_sec']})

@@ -1,4 +1,6 @@
-"""Distributed SAC on Pendulum learns to the single-process bar (slow: several minutes)."""
+"""Distributed runs learn to the single-process bars (slow: several minutes each): SAC Pendulum
+(>= -200 within 20k env steps) with one replay server, and SAC Pendulum and DQN CartPole (>= 475
+within 50k) over 2 and 4 replay shards, uniform and prioritized."""
 
 import json
 import subprocess
@@ -23,3 +25,35 @@ def test_two_collectors_reach_minus_200_within_the_budget(tmp_path):
     assert evaluation['steps_to_target'] is not None, evaluation
     assert evaluation['steps_to_target'] <= 20_000 and evaluation['best_eval_return'] >= -200
     assert set(metrics['exit_codes'].values()) == {0}, metrics['exit_codes']
+
+
+SHARDED = [
+    # (config, shards, replay backend, bar, env-step budget)
+    ('configs/sac_pendulum_distributed.gin', 2, '@ReverbUniformReplay', -200, 20_000),
+    ('configs/sac_pendulum_distributed.gin', 4, '@ReverbPrioritizedReplay', -200, 20_000),
+    ('configs/dqn_cartpole.gin', 2, '@ReverbPrioritizedReplay', 475, 50_000),
+    ('configs/dqn_cartpole.gin', 4, '@ReverbUniformReplay', 475, 50_000),
+]
+
+
+@pytest.mark.parametrize('config, shards, backend, bar, budget', SHARDED,
+                         ids=[f'{c.split("/")[1][:-4]}-{k}-shards-{b[7:-6].lower()}'
+                              for c, k, b, _, _ in SHARDED])
+def test_sharded_replay_reaches_the_single_process_bar(tmp_path, config, shards, backend, bar,
+                                                        budget):
+    cmd = [sys.executable, '-m', 'app.launch', f'--gin_file={config}', '--collectors=2',
+           f'--root_dir={tmp_path / "run"}', '--gin_bindings=run.stop_at_target_return=True',
+           f'--gin_bindings=distributed.settings.replay_shards={shards}',
+           f'--gin_bindings=run.replay_backend={backend}']
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    line = next(line for line in done.stdout.splitlines() if line.startswith('final metrics: '))
+    metrics = json.loads(line.split(': ', 1)[1])
+    evaluation = metrics['eval']
+    assert evaluation['steps_to_target'] is not None, evaluation
+    assert evaluation['steps_to_target'] <= budget and evaluation['best_eval_return'] >= bar
+    assert set(metrics['exit_codes'].values()) == {0}, metrics['exit_codes']
+    # Every shard held its share of the run's windows.
+    assert len(metrics['replay']) == shards
+    inserted = [shard['inserted'] for shard in metrics['replay']]
+    assert min(inserted) >= 0.9 * max(inserted), inserted
