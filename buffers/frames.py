@@ -260,6 +260,13 @@ class FrameStackedReplay(tf.Module):
     def capacity(self):
         return self.inner.capacity
 
+    def read_through(self, inner):
+        """Samples stacks from `inner` instead of the backend it built (same stored frames):
+        a sharded learner reads every shard's single frames through one `ShardedReplay` and
+        stacks them here. The backend it built is left to its owner to close."""
+        self.inner = inner
+        self.capabilities = inner.capabilities.narrowed(xla=False, bulk_steps=False)
+
     def add(self, trajectory):
         """Stores the newest frame of each env copy (what the environment yielded)."""
         self.inner.add(trajectory._replace(observation=self.codec.encode(trajectory.observation)))

@@ -182,11 +182,6 @@ def validate(config, params):
             f"distributed.settings.min_size_to_sample={min_size} is below run.batch_size="
             f"{params.batch_size}: the first batches would repeat a handful of windows.")
     shards = config.replay_shards
-    if shards > 1 and params.frame_stack > 1:
-        raise UserError(
-            f"distributed.settings.replay_shards={shards} with run.frame_stack="
-            f"{params.frame_stack} is not supported yet (a sharded learner does not stack "
-            "frames): use replay_shards = 1 for pixel agents.")
     if shards > 1:
         _, shard_buffer = config.shard_limits()
         if shard_buffer < max(1.0, spi):

@@ -69,6 +69,7 @@ class _Learner:
         self.batches = None
         self.sampled_shards = None  # sharded replay: the shards the open dataset samples
         self.reported_live = None  # ...and those last reported live in the log
+        self.sharded = None  # sharded replay: the `ShardedReplay` the backend samples through
         self.steady_from = None  # (time.monotonic(), train step) after the first chunk
 
     def probe(self):
@@ -102,8 +103,16 @@ class _Learner:
             if self.tier.num_shards == 1:
                 return remote(self.tier.addresses[0])
             # Every shard's table is checked when its backend opens: all must be up now.
-            return ShardedReplay([remote(address) for address in self.tier.addresses],
-                                 seed=self.seed, timeout_s=SHARD_REFRESH_TIMEOUT_S)
+            shards = [remote(address) for address in self.tier.addresses]
+            pixels = self.params.frame_stack > 1
+            self.sharded = ShardedReplay([shard.inner for shard in shards] if pixels else shards,
+                                         seed=self.seed, timeout_s=SHARD_REFRESH_TIMEOUT_S)
+            if not pixels:
+                return self.sharded
+            # Pixels: the shards hold single frames; mix them, then stack (one
+            # FrameStackedReplay reading through the mix).
+            shards[0].read_through(self.sharded)
+            return shards[0]
 
         self.backend = retry(self.role, open_backend, what='opening the replay table',
                              whom=self.whom_server, timeout_s=self.settings.timeout_s)
@@ -147,7 +156,7 @@ class _Learner:
         self.reported_live = live
 
     def live_shards(self):
-        down = set(self.backend.down_shards())
+        down = set(self.sharded.down_shards())
         return {shard for shard in range(self.tier.num_shards) if shard not in down}
 
     def train(self):
@@ -197,7 +206,7 @@ class _Learner:
                 (now < self.next_refresh and not force):
             return False
         self.next_refresh = now + SHARD_REFRESH_S
-        self.backend.refresh()
+        self.sharded.refresh()
         after = self.live_shards()
         if after != self.sampled_shards:
             self.reopen(abandon=True)

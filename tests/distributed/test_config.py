@@ -64,8 +64,6 @@ def test_each_shard_holds_its_share_of_the_limits_and_they_add_up(parse):
     assert 4 * error_buffer == settings.error_buffer and 4 * min_size >= 1000
     limiter = config.rate_limiter(settings)  # Reverb accepts each shard's limiter
     assert limiter is not None
-    with pytest.raises(UserError, match='frame_stack=4 is not supported yet'):
-        config.validate(settings, dataclasses.replace(params, frame_stack=4))
     with pytest.raises(UserError, match='fewer than run.batch_size'):
         config.validate(settings, dataclasses.replace(params, replay_capacity=1000))
 

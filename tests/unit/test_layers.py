@@ -36,6 +36,7 @@ EXPERIMENT_LAYERS = [
     ('distributed plumbing', {'distributed.config', 'distributed.net', 'distributed.tables',
                               'distributed.waiting'}),
     ('distributed common', {'distributed.common', 'distributed.cluster'}),
+    ('replay tier', {'distributed.tier'}),
     ('distributed roles', {'distributed.collector', 'distributed.learner',
                            'distributed.evaluator', 'distributed.replay'}),
     ('role dispatch', {'distributed.roles'}),
