@@ -296,6 +296,10 @@ class FrameStackedReplay(tf.Module):
     def update_priorities(self, keys, priorities):
         self.inner.update_priorities(keys, priorities)
 
+    def retarget(self, server_address, *, old_server_alive=True):
+        """A Reverb inner backend's `retarget` (a collector moving replay shards)."""
+        self.inner.retarget(server_address, old_server_alive=old_server_alive)
+
     def allow_concurrent_writes(self, steps):
         """As the inner backend's (a frame is written before its step is counted)."""
         allow_concurrent_writes(self.inner, steps)

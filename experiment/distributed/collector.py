@@ -36,6 +36,7 @@ from experiment.replay import Mode
 
 # Writers of replay shards that died: never closed (closing one waits for its server).
 _LEFT_BEHIND = []
+RATIO_POLL_S = 0.05  # how often a collector held by the ratio reads the shards' counters
 
 
 class _Collector:
@@ -57,9 +58,10 @@ class _Collector:
         self.env_step_counter = tf.Variable(0, dtype=tf.int64, name='env_steps')
         self.collector_id = collector_id
         self.tier = tier.ReplayTier(tier.parse_addresses(address, settings.replay_shards),
-                                    timeout_s=settings.timeout_s)
+                                    timeout_s=settings.timeout_s, settings=settings)
         self.store = tables.WeightStore(self.tier.weights_address, timeout_s=settings.timeout_s)
         self.shard = 0  # the shard written to
+        self.gate = tier.RatioGate(settings) if settings.replay_shards > 1 else None
         self.last_reading = None  # (time.monotonic(), inserted per shard) at the last choice
         self.writer = None
         self.env_steps = 0
@@ -156,6 +158,18 @@ class _Collector:
         self.writer.retarget(self.address, old_server_alive=alive)
         return chosen
 
+    def wait_for_ratio(self, watchdog):
+        """Sharded replay: waits while the learner is too far behind (the whole buffer's ratio,
+        experiment/distributed/tier.py); checked at every weight pull."""
+        if self.gate is None:
+            return
+        with watchdog.waiting('waiting for the learner (samples-per-insert ratio over all '
+                              'shards)', 'the learner', self.probe, self.finished):
+            while not self.gate.inserts_allowed(retry(
+                    self.role, self.tier.counters, what='reading the replay shards',
+                    whom=self.tier.describe(), timeout_s=self.settings.timeout_s)):
+                self.role.sleep(RATIO_POLL_S)
+
     def pull(self):
         """Refreshes weights and the run's insert count; returns the insert count."""
         def call():
@@ -235,6 +249,7 @@ def _loop(collector, role, settings, params, summaries, watchdog):
                          f"{params.num_env_steps:,}: collection done")
                 return
             next_pull = collector.env_steps + settings.weight_pull_interval
+            collector.wait_for_ratio(watchdog)
             try:
                 with watchdog.waiting('moving to another replay shard', collector.tier.describe()):
                     collector.rebalance()

@@ -40,15 +40,9 @@ class Settings:
     flush_every: int
     replay_shards: int = 1
 
-    def shard_limits(self):
-        """(min_size_to_sample, error_buffer) of each shard's rate limiter.
-
-        Each of the K shards enforces samples_per_insert on its own windows with 1/K of
-        the minimum size and of the error buffer, so the whole buffer keeps the run's
-        ratio within the run's error buffer (the shards' bounds add up).
-        """
-        shards = self.replay_shards
-        return int(math.ceil(self.min_size_to_sample / shards)), self.error_buffer / shards
+    def shard_min_size(self):
+        """Windows each shard must hold before it is sampled: its share of the minimum."""
+        return int(math.ceil(self.min_size_to_sample / self.replay_shards))
 
 
 @gin.configurable(module='distributed')
@@ -183,13 +177,6 @@ def validate(config, params):
             f"{params.batch_size}: the first batches would repeat a handful of windows.")
     shards = config.replay_shards
     if shards > 1:
-        _, shard_buffer = config.shard_limits()
-        if shard_buffer < max(1.0, spi):
-            raise UserError(
-                f"distributed.settings.error_buffer={buffer:g} split over replay_shards={shards} "
-                f"leaves each shard {shard_buffer:g}, below samples_per_insert={spi:g}: each "
-                "shard's rate limiter would block collectors and learner at once. Raise "
-                f"error_buffer to at least {shards * max(1.0, spi):g} or use fewer shards.")
         if capacity // shards < params.batch_size:
             raise UserError(
                 f"run.replay_capacity={capacity} split over replay_shards={shards} leaves "
@@ -202,15 +189,23 @@ def validate(config, params):
 
 
 def rate_limiter(config):
-    """A replay shard's `SampleToInsertRatio` limiter (call after `validate`); with one
-    shard, the run's own settings."""
+    """The replay table's limiter (call after `validate`).
+
+    One server: Reverb's `SampleToInsertRatio` with the run's settings. Replay shards:
+    `MinSize` of each shard's share of `min_size_to_sample` only. A ratio per shard
+    deadlocks across shards -- collectors held on the shards the learner samples little
+    while the learner waits on one no collector writes to -- so with shards the run's
+    ratio is kept over the whole buffer by the learner and the collectors themselves
+    (`experiment.distributed.tier.RatioGate`), with the same bounds.
+    """
     import reverb
 
-    min_size, error_buffer = config.shard_limits()
+    if config.replay_shards > 1:
+        return reverb.rate_limiters.MinSize(config.shard_min_size())
     return reverb.rate_limiters.SampleToInsertRatio(
         samples_per_insert=config.samples_per_insert,
-        min_size_to_sample=min_size,
-        error_buffer=error_buffer)
+        min_size_to_sample=config.min_size_to_sample,
+        error_buffer=config.error_buffer)
 
 
 MAX_AUTO_COLLECTORS = 8

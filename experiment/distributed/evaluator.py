@@ -37,7 +37,7 @@ class _Eval:
                                train_step=self.train_step, unit='env steps', say=role.log)
         self.evaluator, self.best = self.judging.evaluator, self.judging.best
         self.tier = tier.ReplayTier(tier.parse_addresses(address, settings.replay_shards),
-                                    timeout_s=settings.timeout_s)
+                                    timeout_s=settings.timeout_s, settings=settings)
         self.store = tables.WeightStore(self.tier.weights_address, timeout_s=settings.timeout_s)
         self.whom = self.tier.describe()
         self.policy_step = None

@@ -44,6 +44,7 @@ _LEFT_OPEN = []
 # to answer before it counts as down.
 SHARD_REFRESH_S = 2.0
 SHARD_REFRESH_TIMEOUT_S = 1.0
+RATIO_POLL_S = 0.05  # how often a learner held by the ratio reads the shards' counters
 
 
 class _Learner:
@@ -58,10 +59,13 @@ class _Learner:
                                          **self.agent.checkpoint_items(),
                                          train_step=self.train_step)
         self.tier = tier.ReplayTier(tier.parse_addresses(address, settings.replay_shards),
-                                    timeout_s=settings.timeout_s)
+                                    timeout_s=settings.timeout_s, settings=settings)
         self.store = tables.WeightStore(self.tier.weights_address, timeout_s=settings.timeout_s)
         self.whom_server = self.tier.describe()
         self.next_refresh = 0.0
+        # Sharded replay: the whole buffer's ratio, kept here (see experiment/distributed/tier.py)
+        self.gate = tier.RatioGate(settings) if settings.replay_shards > 1 else None
+        self.allowance = 0  # samples the gate allowed and not yet used
         self.importance_beta = linear_schedule(self.train_step, params.importance_beta_start,
                                                1.0, config.max_train_steps(params))
         self.backend = None
@@ -158,6 +162,25 @@ class _Learner:
     def live_shards(self):
         down = set(self.sharded.down_shards())
         return {shard for shard in range(self.tier.num_shards) if shard not in down}
+
+    def wait_for_ratio(self, watchdog):
+        """Sharded replay: waits until the whole buffer's ratio allows the next call's samples.
+
+        Polls the shards' counters only when the allowance from the last reading is used up.
+        """
+        need = self.settings.learner_steps_per_call * self.params.batch_size
+        if self.gate is None or self.allowance >= need:
+            self.allowance -= need
+            return
+        with watchdog.waiting('waiting for inserts (samples-per-insert ratio over all shards)',
+                              'the collectors', self.probe):
+            while True:
+                used = int(self.train_step.numpy()) * self.params.batch_size
+                self.allowance = self.gate.samples_allowed(self.counters()['inserted'], used)
+                if self.allowance >= need:
+                    break
+                self.role.sleep(RATIO_POLL_S)
+        self.allowance -= need
 
     def train(self):
         if self.tier.num_shards == 1:
@@ -326,6 +349,7 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
     step = int(learner.train_step.numpy())
     next_summary = time.monotonic() + settings.summary_interval_s
     while step < budget and not role.stop.is_set():
+        learner.wait_for_ratio(watchdog)
         try:
             with watchdog.waiting('sampling a batch', f'the collectors or {learner.whom_server}',
                                   learner.probe):

@@ -84,12 +84,16 @@ def main(root_dir, *, address, shard=0, bind_all_interfaces=False, seed=0, force
         role.log(f"restored {restoring}: {counters['size']:,} windows, "
                  f"{counters['inserted']:,} inserted, {counters['sampled']:,} sampled")
     where = 'every interface' if bind_all_interfaces else 'loopback only (private namespace)'
-    min_size, error_buffer = settings.shard_limits()
-    which = f"shard {shard} of {settings.replay_shards}, " if settings.replay_shards > 1 else ''
-    role.log(f"serving {backend_class.__name__} on port {port} ({which}{where}); "
-             f"samples_per_insert={settings.samples_per_insert:g}, error_buffer="
-             f"{error_buffer:g}, min_size_to_sample={min_size:,}, capacity "
-             f"{backend.capacity:,}")
+    if settings.replay_shards > 1:
+        role.log(f"serving {backend_class.__name__} on port {port} (shard {shard} of "
+                 f"{settings.replay_shards}, {where}); min_size_to_sample="
+                 f"{settings.shard_min_size():,} (the ratio is kept over all shards by the "
+                 f"learner and collectors), capacity {backend.capacity:,}")
+    else:
+        role.log(f"serving {backend_class.__name__} on port {port} ({where}); "
+                 f"samples_per_insert={settings.samples_per_insert:g}, error_buffer="
+                 f"{settings.error_buffer:g}, min_size_to_sample="
+                 f"{settings.min_size_to_sample:,}")
     summaries = common.RateSummaries(os.path.join(directory))
     role.install_signal_handlers()
     try:

@@ -48,22 +48,33 @@ def test_the_config_derives_the_single_process_replay_ratio(parse):
     ('distributed.settings.flush_every = 2.5', 'flush_every must be a positive whole number'),
     ('distributed.settings.give_up_after_s = 20', 'three tries'),
     ('distributed.settings.replay_shards = 0', 'replay_shards must be a positive whole number'),
-    # 32,768 samples of error buffer split 200 ways: 164 per shard, below 256 per insert.
-    ('distributed.settings.replay_shards = 200', 'split over replay_shards=200'),
 ])
 def test_settings_that_would_hang_are_refused(parse, binding, message):
     with pytest.raises(UserError, match=message):
         config.validate(*parse(binding))
 
 
-def test_each_shard_holds_its_share_of_the_limits_and_they_add_up(parse):
+def test_shards_keep_the_ratio_over_the_whole_buffer(parse):
     settings, params = parse('distributed.settings.replay_shards = 4')
     config.validate(settings, params)
-    min_size, error_buffer = settings.shard_limits()
-    assert (min_size, error_buffer) == (250, 8192)  # 1000 / 4 and 32768 / 4
-    assert 4 * error_buffer == settings.error_buffer and 4 * min_size >= 1000
-    limiter = config.rate_limiter(settings)  # Reverb accepts each shard's limiter
-    assert limiter is not None
+    # Each shard only waits for its share of the minimum size...
+    assert settings.shard_min_size() == 250
+    assert 'MinSize' in type(config.rate_limiter(settings)).__name__
+    # ...and the ratio is Reverb's rule over the summed counters: diff = inserted x 256 -
+    # sampled within 256 x 1000 (the minimum size's offset) -/+ 32,768.
+    from experiment.distributed import tier
+    gate = tier.RatioGate(settings)
+    offset = 256 * 1000
+    assert (gate.min_diff, gate.max_diff) == (offset - 32_768, offset + 32_768)
+    assert gate.inserts_allowed({'inserted': 1000, 'sampled': 0})  # filling the minimum
+    assert gate.samples_allowed(inserted=1000, used=0) == 32_768
+    assert gate.samples_allowed(inserted=2000, used=300_000) < 0  # the learner waits
+    assert gate.inserts_allowed({'inserted': 2128, 'sampled': 256_000})
+    assert not gate.inserts_allowed({'inserted': 2129, 'sampled': 256_000})  # collectors wait
+    # Never both: the learner waits only after using more than the collectors' bound allows.
+    for inserted, used in [(2000, 200_000), (2000, 300_000), (3000, 256_000), (1000, 0)]:
+        assert gate.samples_allowed(inserted, used) >= 0 or gate.inserts_allowed(
+            {'inserted': inserted, 'sampled': used})
     with pytest.raises(UserError, match='fewer than run.batch_size'):
         config.validate(settings, dataclasses.replace(params, replay_capacity=1000))
 
