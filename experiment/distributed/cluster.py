@@ -52,9 +52,11 @@ class Cluster:
         self.log_dir = os.path.join(root_dir, 'logs')
         os.makedirs(self.log_dir, exist_ok=True)
 
-    def command(self, role, index=0):
-        """The role's command line; `index` is the collector's number or the replay shard's."""
+    def command(self, role, index=0, bindings=()):
+        """The role's command line; `index` is the collector's number or the replay shard's,
+        `bindings` Gin bindings for this role only (after the run's)."""
         cmd = [sys.executable, os.path.join(ROOT, 'train.py'), f'--role={role}', *self.gin_args,
+               *[f'--gin_bindings={b}' for b in bindings],
                f'--root_dir={self.root_dir}', f'--replay_address={self.address}',
                f'--seed={self.seed}']
         if role == 'collect':
@@ -78,26 +80,27 @@ class Cluster:
     def log_path(self, name):
         return os.path.join(self.log_dir, f'{name}.log')
 
-    def start(self, role, collector_id=0):
+    def start(self, role, collector_id=0, bindings=()):
         """Starts one role (in its own session, so a terminal's Ctrl-C reaches only us).
 
-        `collector_id` is the collector's number, or for `replay` the shard's."""
+        `collector_id` is the collector's number, or for `replay` the shard's; `bindings`
+        are Gin bindings for this role only (kept for its restarts)."""
         name = self.name_of(role, collector_id)
         if name in self.procs and self.procs[name][0].poll() is None:
             raise RuntimeError(f'{name} is already running')
         with open(self.log_path(name), 'a') as log:
             log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name} ===\n")
             log.flush()
-            proc = subprocess.Popen(self.command(role, collector_id), cwd=ROOT, env=self.env,
-                                    stdin=subprocess.DEVNULL, stdout=log,
+            proc = subprocess.Popen(self.command(role, collector_id, bindings), cwd=ROOT,
+                                    env=self.env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
-        self.procs[name] = (proc, role, collector_id)
+        self.procs[name] = (proc, role, collector_id, tuple(bindings))
         self.exited_at.pop(name, None)
         return name
 
     def restart(self, name):
-        _, role, collector_id = self.procs[name]
-        return self.start(role, collector_id)
+        _, role, collector_id, bindings = self.procs[name]
+        return self.start(role, collector_id, bindings)
 
     def alive(self, name):
         return name in self.procs and self.procs[name][0].poll() is None

@@ -113,3 +113,32 @@ def test_a_shard_with_a_damaged_checkpoint_starts_empty_with_one_line(tmp_path):
         for name in list(cluster.procs):
             if cluster.alive(name):
                 cluster.kill(name)
+
+
+def test_shards_stay_balanced_with_one_collector_three_times_slower(tmp_path):
+    """Two collectors step 3 env copies each, one steps 1 (a third of their windows per
+    step); every collector chooses its shard at each weight pull (16 env steps here)."""
+    cluster = tiny_dqn_cluster(tmp_path, 'distributed.settings.replay_shards = 2', shards=2)
+    try:
+        for shard in range(2):
+            cluster.start('replay', shard)
+        wait_until(lambda: all(_counters(a) for a in cluster.shard_addresses),
+                   'both shards to answer', cluster)
+        cluster.start('learn')
+        for index, copies in enumerate((3, 3, 1)):
+            cluster.start('collect', index, bindings=[f'make_env.num_envs = {copies}'])
+
+        def inserted():
+            counters = [_counters(address) for address in cluster.shard_addresses]
+            return None if None in counters else [c['inserted'] for c in counters]
+
+        wait_until(lambda: sum(inserted() or [0]) >= 3000, '3,000 windows written', cluster)
+        sizes = inserted()
+        assert min(sizes) >= 0.9 * max(sizes), sizes
+        for index, copies in enumerate((3, 3, 1)):  # all three wrote, with their copies
+            assert f'({copies} envs,' in open(cluster.log_path(f'collector_{index}')).read()
+    finally:
+        for name in list(cluster.procs):
+            if cluster.alive(name):
+                cluster.kill(name)
+
