@@ -64,6 +64,8 @@ class ShardedReplay:
         self._timeout_s = timeout_s
         self._states = None
         self._priority_updaters = None
+        # Each shard's answer time at the last `refresh` (a round trip; NaN when down).
+        self.latencies_ms = [float('nan')] * len(shards)
         count = len(shards)
         # -1: no window drawn from that shard yet (its mass is estimated from its size).
         self._sampled_mass = tf.Variable(tf.fill([count], tf.constant(-1.0, tf.float64)),
@@ -97,19 +99,23 @@ class ShardedReplay:
         A shard is ready when it holds at least its own `min_size_to_sample` windows (its
         stream would block otherwise); an unreachable one (None) is not.
         """
-        states = []
+        states, latencies = [], []
         for shard in self._shards:
+            started = time.perf_counter()
             try:
                 info = shard.table_info(self._timeout_s)
             except (RuntimeError, reverb.errors.ReverbError, KeyError):
                 states.append(None)
+                latencies.append(float('nan'))
                 continue
+            latencies.append(1000 * (time.perf_counter() - started))
             size = int(info.current_size)
             minimum = int(info.rate_limiter_info.min_size_to_sample)
             states.append((size, size > 0 and size >= minimum))
         self._sizes.assign([float(s[0]) if s else 0.0 for s in states])
         self._ready.assign([bool(s and s[1]) for s in states])
         self._states = states
+        self.latencies_ms = latencies
         return states
 
     def masses(self):

@@ -390,8 +390,11 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
                 counters = learner.counters()
             scalars, totals = {}, {}
             if learner.tier.num_shards > 1:
-                # The whole buffer (each shard's own is in its replay_<i> run).
-                scalars = {'replay/size': counters['size']}
+                # The whole buffer (each shard's own is in its replay_<i> run), and how long
+                # each shard took to answer the learner's last check (a round trip).
+                scalars = {'replay/size': counters['size'],
+                           **{f'replay/shard_{k}_latency_ms': value for k, value in
+                              enumerate(learner.sharded.latencies_ms)}}
                 totals = {'replay/inserted': counters['inserted'],
                           'replay/sampled': counters['sampled']}
             values = summaries.write(counters['inserted'], {

@@ -27,12 +27,12 @@ def test_two_collectors_reach_minus_200_within_the_budget(tmp_path):
     assert set(metrics['exit_codes'].values()) == {0}, metrics['exit_codes']
 
 
-SHARDED = [
-    # (config, shards, replay backend, bar, env-step budget)
-    ('configs/sac_pendulum_distributed.gin', 2, '@ReverbUniformReplay', -200, 20_000),
-    ('configs/sac_pendulum_distributed.gin', 4, '@ReverbPrioritizedReplay', -200, 20_000),
-    ('configs/dqn_cartpole.gin', 2, '@ReverbPrioritizedReplay', 475, 50_000),
-    ('configs/dqn_cartpole.gin', 4, '@ReverbUniformReplay', 475, 50_000),
+SHARDED = [  # (config, shards, replay backend, bar, env-step budget): every combination
+    (config, shards, backend, bar, budget)
+    for config, bar, budget in [('configs/sac_pendulum_distributed.gin', -200, 20_000),
+                                ('configs/dqn_cartpole.gin', 475, 50_000)]
+    for shards in (2, 4)
+    for backend in ('@ReverbUniformReplay', '@ReverbPrioritizedReplay')
 ]
 
 

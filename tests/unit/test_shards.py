@@ -130,6 +130,7 @@ def test_a_shard_below_its_minimum_gets_no_weight_until_it_is_ready(shards):
     owners[0].close()  # shard 0 is gone: only shard 1 is sampled, and nothing waits on 0
     states = sharded.refresh()
     assert states[0] is None and states[1] == (SIZES[1], True)
+    assert np.isnan(sharded.latencies_ms[0]) and 0 < sharded.latencies_ms[1] < 1000
     starts = set(_window_starts()[1])
     rows = _draw(sharded, 5)
     assert {row[0] for row in rows} <= starts and {row[1] for row in rows} == {1}
