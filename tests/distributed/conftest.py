@@ -56,6 +56,16 @@ def wait_until(condition, what, cluster, timeout_s=WAIT_S):
     raise AssertionError(f'timed out after {timeout_s} s waiting for {what}\n{tails}')
 
 
+def counters_at(address):
+    """The replay table's counters at one server, or None while it does not answer."""
+    from experiment.distributed import common
+
+    try:
+        return common.replay_counters(reverb.Client(address).server_info(2))
+    except (RuntimeError, reverb.errors.ReverbError):
+        return None
+
+
 def pushed_step(address):
     """The train step of the weights in the variables table (None: none, or server away)."""
     try:

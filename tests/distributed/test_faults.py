@@ -13,19 +13,10 @@ import signal
 import time
 
 import pytest
-import reverb
 
-from experiment.distributed import common
-from tests.distributed.conftest import pushed_step, wait_until
+from tests.distributed.conftest import counters_at, pushed_step, wait_until
 
 pytestmark = [pytest.mark.reverb, pytest.mark.timeout(600)]
-
-
-def _counters(address):
-    try:
-        return common.replay_counters(reverb.Client(address).server_info(2))
-    except (RuntimeError, reverb.errors.ReverbError):
-        return None
 
 
 def _latest_learner_checkpoint(cluster):
@@ -59,11 +50,11 @@ def test_killed_collector_the_learner_keeps_training_and_the_restart_writes_agai
     wait_until(lambda: (pushed_step(cluster.address) or 0) >= before + 16,
                'the learner to train on with one collector', cluster)
     assert cluster.alive('learner') and cluster.alive('collector_1')
-    inserted = _counters(cluster.address)['inserted']
+    inserted = counters_at(cluster.address)['inserted']
     cluster.restart('collector_0')
     wait_until(lambda: 'writing to the replay server' in
                _log(cluster, 'collector_0').split('starting collector_0')[-1]
-               and (_counters(cluster.address) or {}).get('inserted', 0) > inserted + 32,
+               and (counters_at(cluster.address) or {}).get('inserted', 0) > inserted + 32,
                'the restarted collector to write', cluster)
     assert cluster.alive('collector_0') and cluster.alive('learner')
 
@@ -92,7 +83,7 @@ def test_killed_learner_resumes_from_its_checkpoint_and_pushes_again(training):
 
 def test_killed_replay_server_restores_its_checkpoint_and_everyone_reconnects(training):
     cluster = training
-    before = _counters(cluster.address)
+    before = counters_at(cluster.address)
     step_before = pushed_step(cluster.address)
     checkpoints = os.path.join(cluster.root_dir, 'replay', 'reverb')
     old = set(glob.glob(os.path.join(checkpoints, '*', 'DONE')))
@@ -105,12 +96,12 @@ def test_killed_replay_server_restores_its_checkpoint_and_everyone_reconnects(tr
     time.sleep(5)  # peers must ride out the outage, not crash
     assert all(cluster.alive(name) for name in peers)
     cluster.restart('replay')
-    restored = wait_until(lambda: _counters(cluster.address), 'the server to come back',
+    restored = wait_until(lambda: counters_at(cluster.address), 'the server to come back',
                           cluster)
     assert restored['inserted'] >= before['inserted']
     assert restored['size'] >= before['size']
     assert 'restored' in _log(cluster, 'replay').split('starting replay')[-1]
-    wait_until(lambda: (_counters(cluster.address) or {}).get('inserted', 0)
+    wait_until(lambda: (counters_at(cluster.address) or {}).get('inserted', 0)
                > restored['inserted'] + 32, 'collectors to write to the restarted server',
                cluster)
     wait_until(lambda: (pushed_step(cluster.address) or 0) > step_before + 8,

@@ -13,18 +13,25 @@ from tests.distributed.conftest import ROOT
 pytestmark = [pytest.mark.reverb, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
-def test_two_collectors_reach_minus_200_within_the_budget(tmp_path):
-    cmd = [sys.executable, '-m', 'app.launch',
-           '--gin_file=configs/sac_pendulum_distributed.gin', '--collectors=2',
-           f'--root_dir={tmp_path / "run"}', '--gin_bindings=run.stop_at_target_return=True']
+def _launch_to_target(tmp_path, config, *bindings, bar, budget):
+    """Runs the launcher with 2 collectors until the target return; checks the bar; returns
+    the final metrics."""
+    cmd = [sys.executable, '-m', 'app.launch', f'--gin_file={config}', '--collectors=2',
+           f'--root_dir={tmp_path / "run"}', '--gin_bindings=run.stop_at_target_return=True',
+           *[f'--gin_bindings={binding}' for binding in bindings]]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     line = next(line for line in done.stdout.splitlines() if line.startswith('final metrics: '))
     metrics = json.loads(line.split(': ', 1)[1])
     evaluation = metrics['eval']
     assert evaluation['steps_to_target'] is not None, evaluation
-    assert evaluation['steps_to_target'] <= 20_000 and evaluation['best_eval_return'] >= -200
+    assert evaluation['steps_to_target'] <= budget and evaluation['best_eval_return'] >= bar
     assert set(metrics['exit_codes'].values()) == {0}, metrics['exit_codes']
+    return metrics
+
+
+def test_two_collectors_reach_minus_200_within_the_budget(tmp_path):
+    _launch_to_target(tmp_path, 'configs/sac_pendulum_distributed.gin', bar=-200, budget=20_000)
 
 
 SHARDED = [  # (config, shards, replay backend, bar, env-step budget): every combination
@@ -41,18 +48,8 @@ SHARDED = [  # (config, shards, replay backend, bar, env-step budget): every com
                               for c, k, b, _, _ in SHARDED])
 def test_sharded_replay_reaches_the_single_process_bar(tmp_path, config, shards, backend, bar,
                                                         budget):
-    cmd = [sys.executable, '-m', 'app.launch', f'--gin_file={config}', '--collectors=2',
-           f'--root_dir={tmp_path / "run"}', '--gin_bindings=run.stop_at_target_return=True',
-           f'--gin_bindings=distributed.settings.replay_shards={shards}',
-           f'--gin_bindings=run.replay_backend={backend}']
-    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3300)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    line = next(line for line in done.stdout.splitlines() if line.startswith('final metrics: '))
-    metrics = json.loads(line.split(': ', 1)[1])
-    evaluation = metrics['eval']
-    assert evaluation['steps_to_target'] is not None, evaluation
-    assert evaluation['steps_to_target'] <= budget and evaluation['best_eval_return'] >= bar
-    assert set(metrics['exit_codes'].values()) == {0}, metrics['exit_codes']
+    metrics = _launch_to_target(tmp_path, config, f'distributed.settings.replay_shards={shards}',
+                                f'run.replay_backend={backend}', bar=bar, budget=budget)
     # Every shard held its share of the run's windows.
     assert len(metrics['replay']) == shards
     inserted = [shard['inserted'] for shard in metrics['replay']]

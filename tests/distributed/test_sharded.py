@@ -9,17 +9,9 @@ import numpy as np
 import pytest
 import reverb
 
-from experiment.distributed import common
-from tests.distributed.conftest import pushed_step, tiny_dqn_cluster, wait_until
+from tests.distributed.conftest import counters_at, pushed_step, tiny_dqn_cluster, wait_until
 
 pytestmark = [pytest.mark.reverb, pytest.mark.timeout(900)]
-
-
-def _counters(address):
-    try:
-        return common.replay_counters(reverb.Client(address).server_info(2))
-    except (RuntimeError, reverb.errors.ReverbError):
-        return None
 
 
 def _priorities(address, draws=64):
@@ -40,13 +32,13 @@ def test_two_shards_fill_evenly_are_both_sampled_and_survive_a_shard_kill(tmp_pa
     try:
         replay = [cluster.start('replay', shard) for shard in range(2)]
         assert replay == ['replay_0', 'replay_1']
-        wait_until(lambda: _counters(first) and _counters(second), 'both shards to answer',
+        wait_until(lambda: counters_at(first) and counters_at(second), 'both shards to answer',
                    cluster)
         learner = cluster.start('learn')
         collectors = [cluster.start('collect', i) for i in range(2)]
         wait_until(lambda: (pushed_step(first) or 0) >= 200,
                    'the learner to train 200 steps over both shards', cluster)
-        shards = [_counters(first), _counters(second)]
+        shards = [counters_at(first), counters_at(second)]
         inserted = [shard['inserted'] for shard in shards]
         # Balanced writes (whole weight-pull stretches of 16 steps move at a time).
         assert min(inserted) > 0.8 * max(inserted), inserted
@@ -63,21 +55,21 @@ def test_two_shards_fill_evenly_are_both_sampled_and_survive_a_shard_kill(tmp_pa
                    or _has_checkpoint(tmp_path), 'a checkpoint of shard 1', cluster)
         cluster.kill('replay_1', signal.SIGKILL)
         step = pushed_step(first)
-        before = _counters(first)['inserted']
+        before = counters_at(first)['inserted']
         wait_until(lambda: (pushed_step(first) or 0) >= step + 100,
                    'the learner to train on with one shard down', cluster)
-        wait_until(lambda: _counters(first)['inserted'] > before + 200,
+        wait_until(lambda: counters_at(first)['inserted'] > before + 200,
                    'the collectors to write to the live shard', cluster)
         assert 'does not answer' in open(cluster.log_path(learner)).read()
         assert all(cluster.alive(name) for name in [learner, *collectors])
 
         # It comes back from its checkpoint and is sampled again.
         cluster.restart('replay_1')
-        wait_until(lambda: _counters(second), 'shard 1 to restart', cluster)
+        wait_until(lambda: counters_at(second), 'shard 1 to restart', cluster)
         log = open(cluster.log_path('replay_1')).read().split('starting replay_1')[-1]
         assert 'restored' in log
-        sampled = _counters(second)['sampled']
-        wait_until(lambda: (_counters(second) or {'sampled': 0})['sampled'] > sampled + 64,
+        sampled = counters_at(second)['sampled']
+        wait_until(lambda: (counters_at(second) or {'sampled': 0})['sampled'] > sampled + 64,
                    'the learner to sample the restarted shard', cluster)
         assert 'answers again' in open(cluster.log_path(learner)).read()
         for name in [learner, *collectors]:
@@ -102,9 +94,9 @@ def test_a_shard_with_a_damaged_checkpoint_starts_empty_with_one_line(tmp_path):
     (damaged / 'DONE').write_text('')
     try:
         cluster.start('replay', 1)
-        wait_until(lambda: _counters(cluster.shard_addresses[1]) is not None,
+        wait_until(lambda: counters_at(cluster.shard_addresses[1]) is not None,
                    'the shard to serve', cluster)
-        assert _counters(cluster.shard_addresses[1])['size'] == 0
+        assert counters_at(cluster.shard_addresses[1])['size'] == 0
         log = open(cluster.log_path('replay_1')).read()
         assert log.count('starting this shard empty') == 1, log
         assert 'Traceback' not in log
@@ -122,14 +114,14 @@ def test_shards_stay_balanced_with_one_collector_three_times_slower(tmp_path):
     try:
         for shard in range(2):
             cluster.start('replay', shard)
-        wait_until(lambda: all(_counters(a) for a in cluster.shard_addresses),
+        wait_until(lambda: all(counters_at(a) for a in cluster.shard_addresses),
                    'both shards to answer', cluster)
         cluster.start('learn')
         for index, copies in enumerate((3, 3, 1)):
             cluster.start('collect', index, bindings=[f'make_env.num_envs = {copies}'])
 
         def inserted():
-            counters = [_counters(address) for address in cluster.shard_addresses]
+            counters = [counters_at(address) for address in cluster.shard_addresses]
             return None if None in counters else [c['inserted'] for c in counters]
 
         wait_until(lambda: sum(inserted() or [0]) >= 3000, '3,000 windows written', cluster)
