@@ -167,19 +167,23 @@ class _Learner:
         """Sharded replay: waits until the whole buffer's ratio allows the next call's samples.
 
         Polls the shards' counters only when the allowance from the last reading is used up.
+        It reads the samples the shards served, as the collectors do, not the samples it
+        used: a shard restored from its checkpoint forgets samples it served after it, and
+        the two sides must count alike never to wait on each other.
         """
         need = self.settings.learner_steps_per_call * self.params.batch_size
-        if self.gate is None or self.allowance >= need:
-            self.allowance -= need
+        if self.gate is None:
             return
-        with watchdog.waiting('waiting for inserts (samples-per-insert ratio over all shards)',
-                              'the collectors', self.probe):
-            while True:
-                used = int(self.train_step.numpy()) * self.params.batch_size
-                self.allowance = self.gate.samples_allowed(self.counters()['inserted'], used)
-                if self.allowance >= need:
-                    break
-                self.role.sleep(RATIO_POLL_S)
+        if self.allowance < need:  # the last reading may not cover this call: read again
+            with watchdog.waiting('waiting for inserts (samples-per-insert ratio over all '
+                                  'shards)', 'the collectors', self.probe):
+                while True:
+                    counters = self.counters()
+                    self.allowance = self.gate.samples_allowed(counters['inserted'],
+                                                               counters['sampled'])
+                    if self.allowance >= 0:
+                        break
+                    self.role.sleep(RATIO_POLL_S)
         self.allowance -= need
 
     def train(self):

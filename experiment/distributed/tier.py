@@ -13,11 +13,12 @@ with DQN CartPole on 4 shards: a 10 s stall every few seconds). So each shard on
 `MinSize` limiter, and the learner and the collectors keep the ratio over the whole buffer
 themselves with Reverb's rule on the summed counters (`RatioGate`): with `diff = inserted
 x samples_per_insert - sampled` and Reverb's offset `samples_per_insert x
-min_size_to_sample`, the learner samples only while `diff >= offset - error_buffer` after its
-call, and a collector writes on only while `diff <= offset + error_buffer`. Both cannot
-wait at once (that would need the learner to have used more samples than the shards
-served), so no deadlock; each collector checks at its weight pulls, so inserts may run
-ahead by up to one pull interval per collector.
+min_size_to_sample`, the learner starts a call only while `diff >= offset - error_buffer`,
+and a collector writes on only while `diff <= offset + error_buffer`. Both read the same
+summed counters, so both cannot wait at once: no deadlock, even after a shard restored an
+older checkpoint (its counters go back for both). The learner's call and its pipeline's
+samples in flight, and each collector's writes between two weight pulls, may overshoot the
+bounds by that much.
 """
 
 import socket
@@ -155,9 +156,9 @@ class RatioGate:
     def diff(self, inserted, sampled):
         return inserted * self._spi - sampled
 
-    def samples_allowed(self, inserted, used):
-        """How many more samples the learner may use, having used `used` in all."""
-        return self.diff(inserted, used) - self.min_diff
+    def samples_allowed(self, inserted, sampled):
+        """How many more samples the shards may serve (negative: the learner waits)."""
+        return self.diff(inserted, sampled) - self.min_diff
 
     def inserts_allowed(self, counters):
         """Whether collectors may write on (the learner is not too far behind)."""

@@ -67,14 +67,14 @@ def test_shards_keep_the_ratio_over_the_whole_buffer(parse):
     offset = 256 * 1000
     assert (gate.min_diff, gate.max_diff) == (offset - 32_768, offset + 32_768)
     assert gate.inserts_allowed({'inserted': 1000, 'sampled': 0})  # filling the minimum
-    assert gate.samples_allowed(inserted=1000, used=0) == 32_768
-    assert gate.samples_allowed(inserted=2000, used=300_000) < 0  # the learner waits
+    assert gate.samples_allowed(inserted=1000, sampled=0) == 32_768
+    assert gate.samples_allowed(inserted=2000, sampled=300_000) < 0  # the learner waits
     assert gate.inserts_allowed({'inserted': 2128, 'sampled': 256_000})
     assert not gate.inserts_allowed({'inserted': 2129, 'sampled': 256_000})  # collectors wait
-    # Never both: the learner waits only after using more than the collectors' bound allows.
-    for inserted, used in [(2000, 200_000), (2000, 300_000), (3000, 256_000), (1000, 0)]:
-        assert gate.samples_allowed(inserted, used) >= 0 or gate.inserts_allowed(
-            {'inserted': inserted, 'sampled': used})
+    # Never both: both sides read the same counters, and min_diff < max_diff.
+    for inserted, sampled in [(2000, 200_000), (2000, 300_000), (3000, 256_000), (1000, 0)]:
+        assert gate.samples_allowed(inserted, sampled) >= 0 or gate.inserts_allowed(
+            {'inserted': inserted, 'sampled': sampled})
     with pytest.raises(UserError, match='fewer than run.batch_size'):
         config.validate(settings, dataclasses.replace(params, replay_capacity=1000))
 
