@@ -13,7 +13,7 @@ from tf_agents.networks import q_network
 from tf_agents.trajectories import trajectory as trajectory_lib
 from tf_agents.utils import common
 
-from agents import epsilon_greedy
+from agents import epsilon_greedy, r2d2
 from agents.exploration import TemporallyExtendedEpsilonGreedyPolicy
 from agents.networks import DuelingQNetwork, make_optimizer
 from agents.nstep import stop_windows_at_episode_end
@@ -21,6 +21,10 @@ from agents.surface import AgentSurface
 from core.checks import check
 from core.errors import UserError
 from core.schedules import linear_schedule
+
+# Defaults of the recurrent (R2D2) settings, which apply only with `lstm_size`.
+_SEQUENCE_DEFAULTS = dict(burn_in_steps=10, trace_length=20, sequence_period=10,
+                          initial_state='stored', value_rescaling=False, priority_eta=0.9)
 
 _LOSSES = {
     'huber': common.element_wise_huber_loss,
@@ -122,7 +126,15 @@ def make_agent(time_step_spec, action_spec, train_step, *,
                gradient_clipping=None,
                reward_scale_factor=1.0,
                exploration_repeat_mu=None,
-               exploration_max_repeat=100):
+               exploration_max_repeat=100,
+               lstm_size=None,
+               output_fc_layer_params=(),
+               burn_in_steps=_SEQUENCE_DEFAULTS['burn_in_steps'],
+               trace_length=_SEQUENCE_DEFAULTS['trace_length'],
+               sequence_period=_SEQUENCE_DEFAULTS['sequence_period'],
+               initial_state=_SEQUENCE_DEFAULTS['initial_state'],
+               value_rescaling=_SEQUENCE_DEFAULTS['value_rescaling'],
+               priority_eta=_SEQUENCE_DEFAULTS['priority_eta']):
     """Builds a (Double) DQN agent for a discrete, scalar action spec.
 
     Args:
@@ -158,6 +170,19 @@ def make_agent(time_step_spec, action_spec, train_step, *,
         for n ~ zeta(mu) steps (mu = 2 is the paper's default), which reaches rewards
         that need a long consistent push, e.g. MountainCar's flag.
       exploration_max_repeat: the longest repeat, in env steps per copy.
+      lstm_size: LSTM cell sizes, e.g. (64,): a recurrent Q-network trained on stored
+        sequences (R2D2, agents/r2d2.py), for partially observed tasks. `fc_layer_params`
+        are then the dense layers before the LSTM. The arguments below apply only then;
+        it needs run.replay_backend = @SequenceReplay or @PrioritizedSequenceReplay.
+      output_fc_layer_params: dense layers after the LSTM, before the Q head.
+      burn_in_steps: steps at each sequence's start that only warm the state up.
+      trace_length: steps of each sequence that are trained on.
+      sequence_period: steps between stored sequence starts within an episode (at most
+        trace_length; R2D2 uses half of it).
+      initial_state: the state a sequence is unrolled from: 'stored' (what the collect
+        policy had at its first step) or 'zero' (agents/recurrent.py).
+      value_rescaling: R2D2's invertible h(x) on targets (for large, unclipped returns).
+      priority_eta: a sequence's priority is eta * max + (1 - eta) * mean of its |TD|.
 
     Returns:
       A `tf_agents.agents.TFAgent`.
@@ -170,19 +195,36 @@ def make_agent(time_step_spec, action_spec, train_step, *,
           numbers={'learning_rate': (0.0, math.inf, 'open_low'),
                    'epsilon_start': (0.0, 1.0, 'closed'), 'epsilon_end': (0.0, 1.0, 'closed'),
                    'target_update_tau': (0.0, 1.0, 'open_low'), 'gamma': (0.0, 1.0, 'open_low'),
-                   'reward_scale_factor': (-math.inf, math.inf, 'closed')},
+                   'reward_scale_factor': (-math.inf, math.inf, 'closed'),
+                   'priority_eta': (0.0, 1.0, 'closed')},
           optional_numbers={'gradient_clipping': (0.0, math.inf, 'open_low'),
                             'exploration_repeat_mu': (0.0, math.inf, 'open_low')},
-          flags=('double_dqn', 'dueling'))
+          flags=('double_dqn', 'dueling', 'value_rescaling'))
     if tf.nest.flatten(action_spec)[0].dtype.is_floating:
         raise UserError("DQN needs a discrete action space; use SAC for continuous actions.")
+    epsilon = linear_schedule(train_step, epsilon_start, epsilon_end, epsilon_decay_steps)
+    sequence_settings = dict(burn_in_steps=burn_in_steps, trace_length=trace_length,
+                             sequence_period=sequence_period, initial_state=initial_state,
+                             value_rescaling=value_rescaling, priority_eta=priority_eta)
+    if lstm_size is None:
+        _refuse_unless_recurrent(sequence_settings, output_fc_layer_params)
+    else:
+        _refuse_for_recurrent(lstm_size=lstm_size, conv_layer_params=conv_layer_params,
+                              dueling=dueling, exploration_repeat_mu=exploration_repeat_mu)
+        return r2d2.make_r2d2(
+            time_step_spec, action_spec, train_step, fc_layer_params=fc_layer_params,
+            lstm_size=lstm_size, output_fc_layer_params=output_fc_layer_params,
+            optimizer=make_optimizer(optimizer, learning_rate, epsilon=adam_epsilon),
+            epsilon=epsilon, n_step_update=n_step_update, gamma=gamma, double_dqn=double_dqn,
+            td_loss=_LOSSES[td_loss], gradient_clipping=gradient_clipping,
+            reward_scale_factor=reward_scale_factor, target_update_period=target_update_period,
+            target_update_tau=target_update_tau, **sequence_settings)
     network_cls = DuelingQNetwork if dueling else q_network.QNetwork
     network = network_cls(
         time_step_spec.observation, action_spec, fc_layer_params=tuple(fc_layer_params),
         conv_layer_params=_conv_layers(conv_layer_params),
         preprocessing_layers=_bytes_to_unit(time_step_spec.observation))
     agent_cls = DdqnAgent if double_dqn else DqnAgent
-    epsilon = linear_schedule(train_step, epsilon_start, epsilon_end, epsilon_decay_steps)
     agent = agent_cls(
         time_step_spec,
         action_spec,
@@ -209,6 +251,34 @@ def make_agent(time_step_spec, action_spec, train_step, *,
                            epsilon_greedy.EpsilonGreedyPolicy(agent.policy, epsilon))
     agent.initialize()
     return agent
+
+
+def _refuse_unless_recurrent(sequence_settings, output_fc_layer_params):
+    """Sequence settings changed without `lstm_size` would do nothing: one line instead."""
+    changed = [name for name, value in sequence_settings.items()
+               if value != _SEQUENCE_DEFAULTS[name]]
+    if output_fc_layer_params:
+        changed.append('output_fc_layer_params')
+    if changed:
+        raise UserError(f"dqn.make_agent.{', '.join(changed)} only apply to a recurrent "
+                        "Q-network: bind dqn.make_agent.lstm_size (e.g. (64,)) or remove "
+                        "them.")
+
+
+def _refuse_for_recurrent(*, lstm_size, conv_layer_params, dueling, exploration_repeat_mu):
+    """What the recurrent Q-network does not support, refused in one line."""
+    if (not isinstance(lstm_size, (list, tuple)) or not lstm_size
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                       for v in lstm_size)):
+        raise UserError(f"dqn.make_agent.lstm_size must list LSTM sizes (positive whole "
+                        f"numbers), e.g. (64,); got {lstm_size!r}.")
+    unsupported = [name for name, value in (('conv_layer_params', conv_layer_params),
+                                            ('dueling', dueling),
+                                            ('exploration_repeat_mu', exploration_repeat_mu))
+                   if value]
+    if unsupported:
+        raise UserError(f"dqn.make_agent.{', '.join(unsupported)} cannot be used with the "
+                        "recurrent Q-network (lstm_size): remove the binding.")
 
 
 def _mean_max_q(network, experience):

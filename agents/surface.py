@@ -27,6 +27,9 @@ class AgentSurface:
     # Whether `sample_priorities` gives per-sample priorities (a prioritized backend
     # is refused for an agent that does not).
     gives_priorities = False
+    # Recurrent agents: steps between stored sequence starts (buffers/sequence.py), which
+    # the replay assembly passes to a sequence backend; None for feed-forward agents.
+    sequence_period = None
 
     def summary_scalars(self) -> Mapping[str, Any]:
         """{TensorBoard tag: current value} of the agent's own knobs (epsilon, alpha)."""

@@ -11,6 +11,7 @@ import app.entry  # noqa: F401
 import buffers.episodic  # noqa: F401
 import buffers.prioritized  # noqa: F401
 import buffers.reverb_replay  # noqa: F401
+import buffers.sequence  # noqa: F401
 import buffers.uniform  # noqa: F401
 import envs.suite  # noqa: F401
 import experiment.config  # noqa: F401

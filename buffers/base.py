@@ -55,6 +55,10 @@ class Capabilities:
         the learner then feeds every agent's per-window priorities back.
       server: it keeps its data in a Reverb server, which other processes can reach
         (the only kind a distributed run can use).
+      sequences: it samples stored sequences for recurrent agents: each env step stored
+        once, sequences cut from the steps at sampling time, the policy state at each
+        sequence's start kept with it (buffers/sequence.py); it needs the agent's
+        `sequence_period`.
     """
 
     xla: bool = False
@@ -64,6 +68,7 @@ class Capabilities:
     bulk_steps: bool = False
     priorities: bool = False
     server: bool = False
+    sequences: bool = False
 
     def narrowed(self, **conditions):
         """Keeps each named capability only where its condition holds (never turns one on):

@@ -104,9 +104,17 @@ class PrioritizedReplay(UniformReplay):
         same call, so the tree never holds mass for evicted data.
         """
         slot = self._num_adds % self._rows_per_env
+        leaves = self._new_leaves(trajectory)
         super().add(trajectory)
         rows = slot * self._num_envs + tf.range(self._num_envs, dtype=tf.int64)
-        self._set_leaves(rows, tf.fill([self._num_envs], self._max_priority.read_value()))
+        self._set_leaves(rows, leaves)
+
+    def _new_leaves(self, trajectory):
+        """The stored priority of each env copy's new row: the max priority, so every window
+        is replayed soon. Sequence replay (buffers/sequence.py) gives 0 to rows that start
+        no sequence."""
+        del trajectory
+        return tf.fill([self._num_envs], self._max_priority.read_value())
 
     def sample(self, batch_size, num_steps):
         """Draws `batch_size` windows of `num_steps` steps in proportion to priority.
@@ -148,6 +156,13 @@ class PrioritizedReplay(UniformReplay):
         offset = (row - lo) % capacity
         row = tf.where(offset < span, row,
                        tf.where(fraction < 0.5, lo, (lo + span - 1) % capacity))
+        # Where leaves may be 0 inside the range (sequence replay: rows that start no
+        # sequence), an end row may be one: it goes to the row holding the middle of the mass.
+        empty = tf.gather(tree, row + self._num_leaves) <= 0
+        middle = prefix[0] + 0.5 * mass
+        middle = self._find_rows(tree, tf.where(middle >= total, middle - total, middle))
+        row = tf.where(empty, tf.broadcast_to(tf.minimum(middle, capacity - 1), tf.shape(row)),
+                       row)
 
         slot, env = row // num_envs, row % num_envs
         start = oldest + (slot - oldest % rows_per_env) % rows_per_env

@@ -19,12 +19,13 @@ from core.errors import UserError
 from envs import atari
 from envs.batched import BatchedGymnasiumEnvironment
 from envs.gymnasium_env import GymnasiumEnvironment
+from envs.partial import HiddenObservations
 
 
 @gin.configurable
 def make_env(env_id='CartPole-v1', num_envs=1, parallel=False, seed=0,
              max_episode_steps=None, float32_observations=True,
-             env_kwargs=None):
+             env_kwargs=None, hidden_observations=()):
     """Makes `num_envs` seeded copies of a Gymnasium env as one batched env.
 
     With `parallel=True` each copy runs in its own subprocess through
@@ -47,6 +48,8 @@ def make_env(env_id='CartPole-v1', num_envs=1, parallel=False, seed=0,
       max_episode_steps: Overrides the registered time limit when not None.
       float32_observations: Whether float64 observations become float32.
       env_kwargs: Extra keyword arguments for the env's constructor.
+      hidden_observations: indices of observation entries to hide (envs/partial.py),
+        e.g. (1, 3) for CartPole without its velocities: a partially observed task.
 
     Returns:
       A batched `PyEnvironment` with `batch_size == num_envs`.
@@ -64,12 +67,12 @@ def make_env(env_id='CartPole-v1', num_envs=1, parallel=False, seed=0,
             seed=None if seed is None else seed + index,
             max_episode_steps=max_episode_steps,
             float32_observations=float32_observations,
-            env_kwargs=env_kwargs)
+            env_kwargs=env_kwargs, hidden_observations=tuple(hidden_observations or ()))
         for index in range(num_envs)
     ]
     if parallel:
         return _make_parallel(constructors, env_id, max_episode_steps,
-                              env_kwargs)
+                              env_kwargs, hidden_observations)
     return BatchedGymnasiumEnvironment([construct() for construct in constructors])
 
 
@@ -84,21 +87,21 @@ def _check_values(values):
 
 
 def _make_one(env_id, *, seed, max_episode_steps, float32_observations,
-              env_kwargs):
+              env_kwargs, hidden_observations=()):
     """Makes one wrapped copy; module-level so subprocesses can unpickle it."""
     return GymnasiumEnvironment(
-        _make_gym_env(env_id, max_episode_steps, env_kwargs),
+        _make_gym_env(env_id, max_episode_steps, env_kwargs, hidden_observations),
         float32_observations=float32_observations, seed=seed)
 
 
-def _make_parallel(constructors, env_id, max_episode_steps, env_kwargs):
+def _make_parallel(constructors, env_id, max_episode_steps, env_kwargs, hidden_observations):
     """Runs each constructor in its own subprocess.
 
     A failure inside a TF-Agents worker surfaces only as an AssertionError
     carrying the child's stack trace, so one throwaway copy is made here
     first: configuration mistakes then raise our one-line `UserError`.
     """
-    _make_gym_env(env_id, max_episode_steps, env_kwargs).close()
+    _make_gym_env(env_id, max_episode_steps, env_kwargs, hidden_observations).close()
     _ensure_multiprocessing_initialized()
     return parallel_py_environment.ParallelPyEnvironment(
         constructors, start_serially=False)
@@ -112,7 +115,7 @@ def _ensure_multiprocessing_initialized():
         pass  # Already initialised, by handle_main or an earlier call.
 
 
-def _make_gym_env(env_id, max_episode_steps, env_kwargs):
+def _make_gym_env(env_id, max_episode_steps, env_kwargs, hidden_observations=()):
     """Calls `gymnasium.make`, turning its errors into one-line UserErrors.
 
     Gymnasium's messages are multi-line or miss the fix (its suggestions
@@ -124,10 +127,16 @@ def _make_gym_env(env_id, max_episode_steps, env_kwargs):
             if max_episode_steps is not None:
                 raise UserError("make_env.max_episode_steps does not apply to Atari games: "
                                 "bind atari_env.max_episode_frames (emulator frames) instead.")
-            return atari.atari_env(env_id, env_kwargs=env_kwargs)
-        return gymnasium.make(
-            env_id, max_episode_steps=max_episode_steps,
-            **(env_kwargs or {}))
+            env = atari.atari_env(env_id, env_kwargs=env_kwargs)
+        else:
+            env = gymnasium.make(
+                env_id, max_episode_steps=max_episode_steps,
+                **(env_kwargs or {}))
+    except ModuleNotFoundError:
+        module = str(env_id).split(':')[0]
+        raise UserError(f"Environment id {env_id!r} names module {module!r}, which cannot be "
+                        "imported: install the package that registers it, or fix the "
+                        "module part of the id ('module:EnvId').") from None
     except gym_error.UnregisteredEnv:
         raise UserError(_unknown_id_message(
             f'Unknown environment id {env_id!r}.', env_id)) from None
@@ -143,6 +152,7 @@ def _make_gym_env(env_id, max_episode_steps, env_kwargs):
             f'Cannot make environment {env_id!r}: {_one_line(err)} '
             'Registered ids are listed by gymnasium.pprint_registry().'
         ) from None
+    return HiddenObservations(env, hidden_observations) if hidden_observations else env
 
 
 def _unknown_id_message(problem, env_id):

@@ -15,7 +15,7 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from agents import frame_stack
+from agents import frame_stack, recurrent
 from core.errors import UserError
 from experiment import eval_report
 
@@ -83,6 +83,8 @@ def greedy_actor(policy, env_observation_spec=None):
     (`env_observation_spec`) gets the stacks built per env copy.
     """
     batched_spec = tensor_spec.add_outer_dims_nest(policy.time_step_spec, (None,))
+    if tf.nest.flatten(policy.policy_state_spec):
+        return _recurrent_actor(policy, batched_spec)
     action = tf.function(lambda time_step: policy.action(time_step).action,
                          input_signature=[batched_spec])
     act = lambda time_step: action(  # noqa: E731
@@ -90,6 +92,23 @@ def greedy_actor(policy, env_observation_spec=None):
     num_frames = env_observation_spec is not None and frame_stack.frames_to_stack(
         policy.time_step_spec.observation.shape, env_observation_spec.shape)
     return frame_stack.stacking_actor(act, num_frames) if num_frames else _stateless(act)
+
+
+def _recurrent_actor(policy, batched_spec):
+    """A compiled numpy actor for a recurrent policy, its state kept per env copy."""
+    state_spec = tensor_spec.add_outer_dims_nest(policy.policy_state_spec, (None,))
+    action = tf.function(lambda time_step, state: policy.action(time_step, state),
+                         input_signature=[batched_spec, state_spec])
+
+    def step(time_step, state):
+        result = action(tf.nest.map_structure(tf.convert_to_tensor, time_step),
+                        tf.nest.map_structure(tf.convert_to_tensor, state))
+        return result.action.numpy(), tf.nest.map_structure(lambda t: t.numpy(), result.state)
+
+    def initial_state(count):
+        return tf.nest.map_structure(lambda t: t.numpy(), policy.get_initial_state(count))
+
+    return recurrent.stateful_actor(step, initial_state)
 
 
 def saved_actor(policy_dir):
@@ -101,6 +120,9 @@ def saved_actor(policy_dir):
     from rlds_io.behaviour import load_saved_policy
 
     act = load_saved_policy(policy_dir)
+    if act.initial_state is not None:
+        # A recurrent policy; it reads what the env yields (no frame stacks with memory).
+        return recurrent.stateful_actor(act, act.initial_state)
     if act.observation_shape is None:
         return _stateless(act)
     chosen = None

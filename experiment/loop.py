@@ -103,6 +103,14 @@ class Collection:
             random_policy = frame_stack.FrameStackingPolicy(random_policy, tf_env.time_step_spec(),
                                                             ring=collect_policy.ring)
         self.collect_policy = collect_policy
+        # A recurrent policy's state, per env copy, carried from chunk to chunk (its network
+        # resets it at each episode's FIRST step). Not checkpointed: a resumed run restarts
+        # its episodes, and so their states.
+        self._policy_state = tf.nest.map_structure(
+            lambda spec: tf.Variable(tf.zeros([tf_env.batch_size, *spec.shape], spec.dtype),
+                                     trainable=False),
+            collect_policy.policy_state_spec)
+        self._recurrent = bool(tf.nest.flatten(collect_policy.policy_state_spec))
         step_count = tf.TensorSpec([], tf.int32)
         self.collect_random = tf.function(
             lambda steps: self.run_policy(random_policy, steps), input_signature=[step_count])
@@ -114,13 +122,26 @@ class Collection:
     def run_policy(self, policy, steps):
         """Steps every env copy `steps` times with `policy`, feeding the observers (graph code)."""
         time_step = self._env.current_time_step()
+        stateful = bool(tf.nest.flatten(policy.policy_state_spec))
+        state = tf.nest.map_structure(lambda var: var.read_value(), self._policy_state)
         for _ in tf.range(steps):
-            action_step = policy.action(time_step)
+            if stateful:
+                action_step = policy.action(time_step, state)
+                state = action_step.state
+            else:
+                action_step = policy.action(time_step)
+                if self._recurrent:
+                    # The random warm-up of a recurrent agent acts without a state: its steps
+                    # record a zero one (RandomTFPolicy would record random numbers).
+                    action_step = action_step._replace(
+                        info=tf.nest.map_structure(tf.zeros_like, action_step.info))
             next_time_step = self._env.step(action_step.action)
             transition = trajectory_lib.from_transition(time_step, action_step, next_time_step)
             for observer in self._observers:
                 observer(transition)
             time_step = next_time_step
+        if stateful:
+            tf.nest.map_structure(lambda var, value: var.assign(value), self._policy_state, state)
         for chunk_observer in self._chunk_observers:
             chunk_observer()
         self._env_steps.assign_add(tf.cast(steps * self._env.batch_size, tf.int64))

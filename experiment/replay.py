@@ -106,7 +106,8 @@ def capabilities_of(backend_class):
         raise UserError(f"run.replay_backend={backend_class!r} is not a replay backend (it "
                         "declares no buffers.base.Capabilities): bind one of @UniformReplay, "
                         "@PrioritizedReplay, @EpisodicReplay, @ReverbUniformReplay, "
-                        "@ReverbPrioritizedReplay.")
+                        "@ReverbPrioritizedReplay, @SequenceReplay, "
+                        "@PrioritizedSequenceReplay.")
     return declared
 
 
@@ -125,10 +126,20 @@ def backend_class_for(backend_class, mode):
 
 def check_pairing(agent, backend_class):
     """Refuses, in one line, an agent that cannot feed a prioritized backend."""
-    if capabilities_of(backend_class).priorities and not agent.gives_priorities:
+    capabilities = capabilities_of(backend_class)
+    if capabilities.priorities and not agent.gives_priorities:
         raise UserError(f"{backend_class.__name__} samples by priority, but "
                         f"{type(agent).__name__} gives no per-sample priorities: use a uniform "
                         "backend (e.g. @UniformReplay) with this agent.")
+    if agent.sequence_period and not capabilities.sequences:
+        raise UserError(f"{type(agent).__name__} is recurrent and trains on stored sequences "
+                        f"with their start states, which {backend_class.__name__} does not "
+                        "keep: bind run.replay_backend to @SequenceReplay or "
+                        "@PrioritizedSequenceReplay.")
+    if capabilities.sequences and not agent.sequence_period:
+        raise UserError(f"{backend_class.__name__} stores sequences for recurrent agents, but "
+                        f"{type(agent).__name__} is not one: bind run.replay_backend to "
+                        "@UniformReplay or @PrioritizedReplay.")
 
 
 def build_replay(mode, params, agent, *, num_envs, seed, root_dir=None, dataset=None,
@@ -163,6 +174,9 @@ def build_replay(mode, params, agent, *, num_envs, seed, root_dir=None, dataset=
     num_steps = num_steps_of(agent)
     options = dict(frame_stack=params.frame_stack, batch_size=params.batch_size,
                    num_steps=num_steps, seed=seed)
+    if agent.sequence_period:
+        _check_sequence_mode(mode, params)
+        options['period'] = agent.sequence_period
     if params.frame_stack > 1 and root_dir is not None:
         # Only FrameStackedReplay.storage='memmap' writes there (frames larger than RAM).
         options['directory'] = os.path.join(root_dir, 'replay_frames')
@@ -187,6 +201,19 @@ def build_replay(mode, params, agent, *, num_envs, seed, root_dir=None, dataset=
         backend = _mixed_with_logged(backend, params, agent, env_specs, num_steps=num_steps,
                                      seed=seed)
     return Replay(backend, num_steps)
+
+
+def _check_sequence_mode(mode, params):
+    """Refuses, in one line, what sequence replay does not do yet."""
+    if mode is not Mode.SINGLE:
+        raise UserError(f"Recurrent agents train in one process for now; a {mode.value} "
+                        "cannot replay sequences: run train.py without distributed roles.")
+    if params.frame_stack > 1:
+        raise UserError("A recurrent agent keeps its memory in its state: set run.frame_stack=1 "
+                        "(sequence replay does not stack frames).")
+    if params.logged_dataset:
+        raise UserError("run.logged_dataset cannot feed a recurrent agent: logged datasets hold "
+                        "no policy states. Remove the binding.")
 
 
 def _server_options(mode, link):

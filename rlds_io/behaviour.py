@@ -59,7 +59,11 @@ class BehaviourPolicy:
 
 
 def load_saved_policy(policy_dir):
-    """A SavedModel exported by train.py (root_dir/policy), as a numpy-in numpy-out callable."""
+    """A SavedModel exported by train.py (root_dir/policy), as a numpy-in numpy-out callable.
+
+    A recurrent policy's callable takes and returns its state too (`initial_state` set);
+    wrap it with `agents.recurrent.stateful_actor` to act step by step.
+    """
     if not os.path.isfile(os.path.join(policy_dir, 'saved_model.pb')):
         raise UserError(f"No saved policy at {policy_dir}: point at a run's policy/ directory "
                         "(written at the end of train.py) or a snapshot under policies/.")
@@ -68,14 +72,27 @@ def load_saved_policy(policy_dir):
                          policy.signatures['action'].structured_input_signature[1].items()
                          if name.endswith('observation')]
 
-    def act(time_step):
-        tensors = ts.TimeStep(
+    def tensors(time_step):
+        return ts.TimeStep(
             step_type=tf.constant(time_step.step_type, tf.int32),
             reward=tf.constant(time_step.reward, tf.float32),
             discount=tf.constant(time_step.discount, tf.float32),
             observation=tf.nest.map_structure(tf.constant, time_step.observation))
-        return policy.action(tensors, ()).action.numpy()
 
+    def act(time_step):
+        return policy.action(tensors(time_step), ()).action.numpy()
+
+    def act_with_state(time_step, state):
+        step = policy.action(tensors(time_step), tf.nest.map_structure(tf.constant, state))
+        return step.action.numpy(), tf.nest.map_structure(lambda t: t.numpy(), step.state)
+
+    def initial_state(count):
+        return tf.nest.map_structure(lambda t: t.numpy(), policy.get_initial_state(count))
+
+    recurrent = bool(tf.nest.flatten(policy.get_initial_state(1)))
+    act = act_with_state if recurrent else act
+    # A recurrent policy: (time step, state) -> (actions, state), from this zero state.
+    act.initial_state = initial_state if recurrent else None
     # What the policy reads, for callers that must adapt what they feed it (frame stacks).
     act.observation_shape = (tuple(observation_specs[0].shape[1:])
                              if len(observation_specs) == 1 else None)
