@@ -18,7 +18,7 @@ import collections
 import tensorflow as tf
 from tf_agents.agents import tf_agent
 from tf_agents.networks import q_rnn_network
-from tf_agents.policies import epsilon_greedy_policy, q_policy
+from tf_agents.policies import epsilon_greedy_policy, greedy_policy, q_policy
 from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common
 
@@ -102,7 +102,9 @@ class R2D2Agent(AgentSurface, tf_agent.TFAgent):
         self._td_loss = td_loss
         self._gradient_clipping = gradient_clipping
         self._reward_scale = reward_scale_factor
-        greedy = q_policy.QPolicy(time_step_spec, action_spec, q_network=q_network)
+        # QPolicy alone samples from a softmax of the Q-values; GreedyPolicy takes the argmax.
+        greedy = greedy_policy.GreedyPolicy(
+            q_policy.QPolicy(time_step_spec, action_spec, q_network=q_network))
         collect = recurrent.StateRecordingPolicy(
             epsilon_greedy_policy.EpsilonGreedyPolicy(greedy, epsilon=epsilon))
         super().__init__(time_step_spec, action_spec, greedy, collect,
