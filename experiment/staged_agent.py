@@ -54,6 +54,10 @@ class StagedAgent(AgentSurface):
     def gives_priorities(self):
         return self.agent.gives_priorities
 
+    @property
+    def sequence_period(self):
+        return self.agent.sequence_period
+
     def summary_scalars(self):
         return self.agent.summary_scalars()
 

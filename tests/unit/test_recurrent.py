@@ -239,3 +239,42 @@ def test_sequence_replay_needs_a_recurrent_collect_policy():
         discount=tf.TensorSpec([], tf.float32))
     with pytest.raises(UserError, match='recurrent agent'):
         SequenceReplay(spec, capacity=40, period=3, num_steps=4)
+
+
+def test_exported_policy_plays_as_in_training_under_tf_agents_saved_model_loader(setup,
+                                                                                  tmp_path):
+    """TF-Agents' own SavedModelPyTFEagerPolicy steps the export on a plain Gymnasium env,
+    carrying the state, and picks the actions the in-process greedy policy picks."""
+    import gymnasium
+    from tf_agents.policies import py_tf_eager_policy
+
+    from core.export import export_policy
+    from envs.partial import HiddenObservations
+
+    agent, _, _, _ = setup
+    directory = str(tmp_path / 'policy')
+    export_policy(agent.policy, directory, agent.train_step_counter)
+    loaded = py_tf_eager_policy.SavedModelPyTFEagerPolicy(directory, load_specs_from_pbtxt=True)
+    env = HiddenObservations(gymnasium.make('CartPole-v1', max_episode_steps=40), (1, 3))
+    observation, _ = env.reset(seed=5)
+    state = loaded.get_initial_state(batch_size=1)
+    in_process_state = agent.policy.get_initial_state(1)
+    step_type, steps = ts.StepType.FIRST, 0
+    while True:
+        time_step = ts.TimeStep(step_type=np.array(step_type, np.int32),
+                                reward=np.array(0.0, np.float32),
+                                discount=np.array(1.0, np.float32),
+                                observation=np.asarray(observation, np.float32))
+        action_step = loaded.action(time_step, state)
+        state = action_step.state
+        batched = tf.nest.map_structure(lambda x: tf.constant(np.asarray(x)[None]), time_step)
+        expected = agent.policy.action(batched, in_process_state)
+        in_process_state = expected.state
+        assert int(action_step.action) == int(expected.action.numpy()[0]), steps
+        for carried, reference in zip(tf.nest.flatten(state), tf.nest.flatten(expected.state)):
+            np.testing.assert_allclose(np.asarray(carried), reference.numpy(), atol=1e-5)
+        observation, _, terminated, truncated, _ = env.step(int(action_step.action))
+        steps, step_type = steps + 1, ts.StepType.MID
+        if terminated or truncated:
+            break
+    assert steps >= 8 and np.abs(tf.nest.flatten(state)[0]).sum() > 0
