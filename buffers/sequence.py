@@ -183,7 +183,7 @@ class PrioritizedSequenceReplay(_SequenceRing):
     capabilities = Capabilities(xla=True, sequences=True, priorities=True)
 
     def __init__(self, data_spec, *, capacity, period, num_envs=1, batch_size=1, num_steps=2,
-                 seed=0, alpha=0.9, priority_epsilon=1e-6, name='prioritized_sequence_replay'):
+                 seed=0, alpha=0.6, priority_epsilon=1e-6, name='prioritized_sequence_replay'):
         super().__init__(data_spec, capacity=capacity, period=period, num_envs=num_envs,
                          batch_size=batch_size, num_steps=num_steps, seed=seed, alpha=alpha,
                          priority_epsilon=priority_epsilon, name=name)
