@@ -13,7 +13,7 @@ from tf_agents.networks import q_network
 from tf_agents.trajectories import trajectory as trajectory_lib
 from tf_agents.utils import common
 
-from agents import epsilon_greedy, r2d2
+from agents import epsilon_greedy, r2d2, recurrent
 from agents.exploration import TemporallyExtendedEpsilonGreedyPolicy
 from agents.networks import DuelingQNetwork, make_optimizer
 from agents.nstep import stop_windows_at_episode_end
@@ -23,8 +23,8 @@ from core.errors import UserError
 from core.schedules import linear_schedule
 
 # Defaults of the recurrent (R2D2) settings, which apply only with `lstm_size`.
-_SEQUENCE_DEFAULTS = dict(burn_in_steps=10, trace_length=20, sequence_period=10,
-                          initial_state='stored', value_rescaling=False, priority_eta=0.9)
+_SEQUENCE_DEFAULTS = dict(recurrent.SEQUENCE_DEFAULTS, value_rescaling=False,
+                          output_fc_layer_params=())
 
 _LOSSES = {
     'huber': common.element_wise_huber_loss,
@@ -128,7 +128,7 @@ def make_agent(time_step_spec, action_spec, train_step, *,
                exploration_repeat_mu=None,
                exploration_max_repeat=100,
                lstm_size=None,
-               output_fc_layer_params=(),
+               output_fc_layer_params=_SEQUENCE_DEFAULTS['output_fc_layer_params'],
                burn_in_steps=_SEQUENCE_DEFAULTS['burn_in_steps'],
                trace_length=_SEQUENCE_DEFAULTS['trace_length'],
                sequence_period=_SEQUENCE_DEFAULTS['sequence_period'],
@@ -207,7 +207,10 @@ def make_agent(time_step_spec, action_spec, train_step, *,
                              sequence_period=sequence_period, initial_state=initial_state,
                              value_rescaling=value_rescaling, priority_eta=priority_eta)
     if lstm_size is None:
-        _refuse_unless_recurrent(sequence_settings, output_fc_layer_params)
+        recurrent.refuse_unless_recurrent(
+            'dqn.make_agent', dict(sequence_settings,
+                                   output_fc_layer_params=tuple(output_fc_layer_params)),
+            _SEQUENCE_DEFAULTS)
     else:
         _refuse_for_recurrent(lstm_size=lstm_size, conv_layer_params=conv_layer_params,
                               dueling=dueling, exploration_repeat_mu=exploration_repeat_mu)
@@ -251,18 +254,6 @@ def make_agent(time_step_spec, action_spec, train_step, *,
                            epsilon_greedy.EpsilonGreedyPolicy(agent.policy, epsilon))
     agent.initialize()
     return agent
-
-
-def _refuse_unless_recurrent(sequence_settings, output_fc_layer_params):
-    """Sequence settings changed without `lstm_size` would do nothing: one line instead."""
-    changed = [name for name, value in sequence_settings.items()
-               if value != _SEQUENCE_DEFAULTS[name]]
-    if output_fc_layer_params:
-        changed.append('output_fc_layer_params')
-    if changed:
-        raise UserError(f"dqn.make_agent.{', '.join(changed)} only apply to a recurrent "
-                        "Q-network: bind dqn.make_agent.lstm_size (e.g. (64,)) or remove "
-                        "them.")
 
 
 def _refuse_for_recurrent(*, lstm_size, conv_layer_params, dueling, exploration_repeat_mu):

@@ -22,6 +22,18 @@ from tf_agents.trajectories import time_step as ts
 from core.errors import UserError
 
 INITIAL_STATES = ('zero', 'stored')
+# Defaults of the sequence settings every recurrent agent takes (they apply only with an
+# `lstm_size`): 10 burn-in steps, 20 trained steps, a sequence every 10 steps.
+SEQUENCE_DEFAULTS = dict(burn_in_steps=10, trace_length=20, sequence_period=10,
+                         initial_state='stored', priority_eta=0.9)
+
+
+def refuse_unless_recurrent(scope, settings, defaults):
+    """Recurrent-only settings changed without `lstm_size` would do nothing: one line."""
+    changed = [name for name, value in settings.items() if value != defaults[name]]
+    if changed:
+        raise UserError(f"{scope}.{', '.join(changed)} only apply to a recurrent agent: bind "
+                        f"{scope}.lstm_size (e.g. (64,)) or remove them.")
 
 
 def check_sequence_settings(scope, *, burn_in_steps, trace_length, sequence_period,

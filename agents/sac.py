@@ -23,6 +23,7 @@ from tf_agents.policies import greedy_policy
 from tf_agents.trajectories import time_step as ts
 from tf_agents.utils import common, object_identity
 
+from agents import recurrent, recurrent_sac
 from agents.exploration import ColoredNoisePolicy
 from agents.networks import make_optimizer
 from agents.surface import AgentSurface
@@ -198,7 +199,13 @@ def make_agent(time_step_spec, action_spec, train_step, *,
                reward_scale_factor=1.0,
                gradient_clipping=None,
                exploration_noise_beta=0.0,
-               exploration_noise_horizon=1000):
+               exploration_noise_horizon=1000,
+               lstm_size=None,
+               burn_in_steps=recurrent.SEQUENCE_DEFAULTS['burn_in_steps'],
+               trace_length=recurrent.SEQUENCE_DEFAULTS['trace_length'],
+               sequence_period=recurrent.SEQUENCE_DEFAULTS['sequence_period'],
+               initial_state=recurrent.SEQUENCE_DEFAULTS['initial_state'],
+               priority_eta=recurrent.SEQUENCE_DEFAULTS['priority_eta']):
     """Builds a SAC agent for a continuous (Box) action spec.
 
     Args:
@@ -223,6 +230,13 @@ def make_agent(time_step_spec, action_spec, train_step, *,
         0 is SAC's white noise, 1 pink (temporally correlated; what MountainCarContinuous
         needs), 2 red. Evaluation and the exported policy are greedy either way.
       exploration_noise_horizon: steps per colored-noise sequence (the episode length).
+      lstm_size: LSTM cell sizes, e.g. (64,): a recurrent actor and recurrent critics
+        trained on stored sequences (agents/recurrent_sac.py), for partially observed tasks.
+        The first entry of `actor_fc_layer_params` and of `critic_joint_fc_layer_params`
+        then comes before the LSTM, the rest after it. The arguments below apply only then;
+        it needs run.replay_backend = @SequenceReplay or @PrioritizedSequenceReplay.
+      burn_in_steps, trace_length, sequence_period, initial_state, priority_eta: the
+        sequence settings, as for dqn.make_agent's recurrent Q-network.
 
     Returns:
       A `SacAgent` (a TF-Agents `TFAgent` with the experiment's `AgentSurface`).
@@ -230,12 +244,20 @@ def make_agent(time_step_spec, action_spec, train_step, *,
     validate(action_spec, 'sac.make_agent', locals())
     check('sac.make_agent', locals(), positive=('exploration_noise_horizon',),
           numbers={'exploration_noise_beta': (0.0, 4.0, 'closed')})
-    actor_net, critic_net = make_networks(
-        time_step_spec.observation, action_spec, actor_fc_layer_params,
-        critic_joint_fc_layer_params)
     if target_entropy is None:
         target_entropy = -float(sum(np.prod(spec.shape.as_list())
                                     for spec in tf.nest.flatten(action_spec)))
+    sequence_settings = dict(burn_in_steps=burn_in_steps, trace_length=trace_length,
+                             sequence_period=sequence_period, initial_state=initial_state,
+                             priority_eta=priority_eta)
+    if lstm_size is not None:
+        return _recurrent(time_step_spec, action_spec, train_step, locals(), sequence_settings,
+                          target_entropy)
+    recurrent.refuse_unless_recurrent('sac.make_agent', sequence_settings,
+                                      recurrent.SEQUENCE_DEFAULTS)
+    actor_net, critic_net = make_networks(
+        time_step_spec.observation, action_spec, actor_fc_layer_params,
+        critic_joint_fc_layer_params)
     agent = SacAgent(
         time_step_spec,
         action_spec,
@@ -257,6 +279,33 @@ def make_agent(time_step_spec, action_spec, train_step, *,
         exploration_noise_horizon=exploration_noise_horizon)
     agent.initialize()
     return agent
+
+
+def _recurrent(time_step_spec, action_spec, train_step, values, sequence_settings,
+               target_entropy):
+    """The recurrent SAC agent `make_agent` builds for an `lstm_size`."""
+    lstm_size = values['lstm_size']
+    if (not isinstance(lstm_size, (list, tuple)) or not lstm_size
+            or not all(isinstance(v, int) and not isinstance(v, bool) and v > 0
+                       for v in lstm_size)):
+        raise UserError(f"sac.make_agent.lstm_size must list LSTM sizes (positive whole "
+                        f"numbers), e.g. (64,); got {lstm_size!r}.")
+    if values['exploration_noise_beta']:
+        raise UserError("sac.make_agent.exploration_noise_beta cannot be used with the "
+                        "recurrent actor (lstm_size): remove the binding.")
+    return recurrent_sac.make_recurrent_sac(
+        time_step_spec, action_spec, train_step,
+        actor_fc_layer_params=values['actor_fc_layer_params'],
+        critic_joint_fc_layer_params=values['critic_joint_fc_layer_params'],
+        lstm_size=lstm_size,
+        actor_optimizer=make_optimizer('adam', values['actor_learning_rate']),
+        critic_optimizer=make_optimizer('adam', values['critic_learning_rate']),
+        alpha_optimizer=make_optimizer('adam', values['alpha_learning_rate']),
+        target_entropy=target_entropy, initial_log_alpha=values['initial_log_alpha'],
+        target_update_tau=values['target_update_tau'],
+        target_update_period=values['target_update_period'], gamma=values['gamma'],
+        reward_scale_factor=values['reward_scale_factor'],
+        gradient_clipping=values['gradient_clipping'], **sequence_settings)
 
 
 def validate(action_spec, scope, values):

@@ -278,3 +278,69 @@ def test_exported_policy_plays_as_in_training_under_tf_agents_saved_model_loader
         if terminated or truncated:
             break
     assert steps >= 8 and np.abs(tf.nest.flatten(state)[0]).sum() > 0
+
+
+@pytest.fixture(scope='module')
+def sac_setup():
+    """A tiny recurrent SAC agent on Pendulum without its angular velocity, 120 steps in
+    sequence replay."""
+    from agents import sac
+
+    py_env = make_env('Pendulum-v1', num_envs=2, hidden_observations=(2,), seed=5,
+                      max_episode_steps=40)
+    tf_env = tf_py_environment.TFPyEnvironment(py_env)
+    agent = sac.make_agent(tf_env.time_step_spec(), tf_env.action_spec(),
+                           tf.Variable(0, dtype=tf.int64), actor_fc_layer_params=(8, 8),
+                           critic_joint_fc_layer_params=(8, 8), lstm_size=(6,),
+                           burn_in_steps=BURN_IN, trace_length=TRACE, sequence_period=PERIOD)
+    buffer = SequenceReplay(agent.collect_data_spec, capacity=400, period=PERIOD, num_envs=2,
+                            batch_size=8, num_steps=agent.train_sequence_length, seed=2)
+    collection = Collection(tf_env=tf_env, collect_policy=agent.collect_policy,
+                            observers=[buffer.add], env_steps=tf.Variable(0, dtype=tf.int64))
+    collection.run_policy(collection.collect_policy, 120)
+    return agent, buffer
+
+
+def test_recurrent_sac_trains_every_network_but_not_on_burn_in(sac_setup):
+    agent, buffer = sac_setup
+    assert agent.train_sequence_length == BURN_IN + TRACE + 1
+    experience, _ = buffer.sample(8, agent.train_sequence_length)
+    before = [v.numpy().copy() for v in agent.trainable_variables]
+    loss_info = agent.train(experience, weights=tf.ones([8]))
+    assert np.isfinite(loss_info.loss.numpy())
+    changed = [not np.array_equal(a, v.numpy()) for a, v in zip(before, agent.trainable_variables)]
+    assert all(changed[:2]) and sum(changed) >= len(changed) // 2
+    # The actor's loss: no gradient reaches the burn-in observations.
+    observation = tf.Variable(experience.observation)
+    with tf.GradientTape() as tape:
+        inputs = recurrent.after_burn_in(
+            experience._replace(observation=observation.read_value()), BURN_IN)
+        [state] = recurrent.burn_in(
+            [agent._actor_network], experience._replace(observation=observation.read_value()),
+            recurrent.start_state(experience, agent._actor_network, 'stored'), BURN_IN)
+        _, log_pi = agent._actions_and_log_probs(inputs, state)
+        loss = tf.reduce_sum(log_pi)
+    gradient = tape.gradient(loss, observation).numpy()
+    assert np.all(gradient[:, :BURN_IN] == 0) and np.any(gradient[:, BURN_IN:] != 0)
+
+
+def test_recurrent_sac_priorities_follow_the_eta_rule(sac_setup):
+    agent, buffer = sac_setup
+    experience, _ = buffer.sample(8, agent.train_sequence_length)
+    priorities = agent.sample_priorities(agent.train(experience)).numpy()
+    assert priorities.shape == (8,) and np.all(priorities >= 0)
+    mask = recurrent.sequence_mask(experience.step_type).numpy()[:, BURN_IN:BURN_IN + TRACE]
+    assert np.all(priorities[mask.sum(axis=1) == 0] == 0)
+
+
+def test_recurrent_settings_without_lstm_are_refused():
+    from agents import sac
+
+    env = tf_py_environment.TFPyEnvironment(make_env('Pendulum-v1'))
+    with pytest.raises(UserError, match='only apply to a recurrent agent'):
+        sac.make_agent(env.time_step_spec(), env.action_spec(), tf.Variable(0, dtype=tf.int64),
+                       burn_in_steps=4)
+    cartpole = tf_py_environment.TFPyEnvironment(make_env('CartPole-v1'))
+    with pytest.raises(UserError, match='only apply to a recurrent agent'):
+        dqn.make_agent(cartpole.time_step_spec(), cartpole.action_spec(),
+                       tf.Variable(0, dtype=tf.int64), initial_state='zero')
