@@ -49,6 +49,9 @@ import tensorflow as tf
 
 from buffers.base import Capabilities, check_priority_settings
 from buffers.reverb.backend import ReverbBackend
+from buffers.reverb.layout import SequenceLayout
+from buffers.reverb.writer import SequenceWriter
+from core.errors import UserError
 from buffers.reverb.server import latest_checkpoint  # noqa: F401  (re-exported)
 
 
@@ -140,3 +143,70 @@ class ReverbPrioritizedReplay(ReverbBackend):
 
     def checkpoint_items(self):
         return {**super().checkpoint_items(), 'max_priority': self._max_priority}
+
+
+class _ReverbSequences:
+    """Sequence replay on Reverb (mixed into a Reverb backend): what buffers/sequence.py does in
+    process, with Reverb's chunks storing each step once.
+
+    An item is a sequence: the `num_steps` steps from one sequence start (each episode's first
+    step and every `period` steps after it) and that start's recorded state, a column written
+    only at starts. Items overlap by `num_steps - period` steps, which their chunks share. The
+    table keeps `ceil(capacity / period)` items, about `capacity` steps; the learner gets the
+    start state in `policy_info`, repeated over the sequence, as from `SequenceReplay`.
+    """
+
+    def __init__(self, data_spec, *, period, **kwargs):
+        if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+            raise UserError(f"The sequence period must be a positive number of steps, got "
+                            f"{period!r}: fix the agent's sequence_period binding.")
+        if not tf.nest.flatten(data_spec.policy_info):
+            raise UserError(f"{type(self).__name__} keeps the recurrent state each sequence "
+                            "starts from, but this agent's collect policy records none: use it "
+                            "with a recurrent agent.")
+        self._period = period
+        super().__init__(data_spec, **kwargs)
+
+    @property
+    def period(self):
+        return self._period
+
+    def _make_layout(self, data_spec, num_steps):
+        return SequenceLayout(data_spec, num_steps)
+
+    def _make_writer(self):
+        return SequenceWriter(self._client, self._layout, period=self._period,
+                              **self._writer_options)
+
+    def _max_items(self):
+        return -(-self._capacity // self._period)
+
+    def _capacity_of(self, max_items):
+        return max_items * self._period
+
+    def metrics(self):
+        """As for windows, except that `size` counts the steps added, up to the capacity (the
+        kept sequences cover about that many), and `sequences` is the table's item count."""
+        metrics = super().metrics()
+        metrics['sequences'] = metrics.pop('windows')
+        metrics['size'] = float(min(self._inserted, self._capacity))
+        metrics['fill_ratio'] = metrics['size'] / self._capacity
+        return metrics
+
+
+@gin.configurable
+class ReverbSequenceReplay(_ReverbSequences, ReverbUniformReplay):
+    """Uniform sequence replay on a Reverb table (the in-process one: `SequenceReplay`)."""
+
+    capabilities = Capabilities(own_checkpoints=True, server=True, sequences=True)
+    default_table_name = 'reverb_sequence_replay'
+
+
+@gin.configurable
+class ReverbPrioritizedSequenceReplay(_ReverbSequences, ReverbPrioritizedReplay):
+    """Prioritized sequence replay on a Reverb table (the in-process one:
+    `PrioritizedSequenceReplay`)."""
+
+    capabilities = Capabilities(own_checkpoints=True, server=True, sequences=True,
+                                priorities=True)
+    default_table_name = 'reverb_prioritized_sequence_replay'

@@ -124,7 +124,7 @@ class ReverbBackend:
         self._num_envs, self._num_steps = num_envs, num_steps
         self._capacity = rows_per_env * num_envs
         self._table_name = table_name or self.default_table_name
-        self._layout = Layout(data_spec, num_steps)
+        self._layout = self._make_layout(data_spec, num_steps)
         self._writer_options = dict(table_name=self._table_name, num_envs=num_envs,
                                     num_steps=num_steps, flush_every=flush_every,
                                     chunk_length=chunk_length,
@@ -188,13 +188,29 @@ class ReverbBackend:
     def _sampler(self):
         return reverb.selectors.Uniform()
 
+    def _make_layout(self, data_spec, num_steps):
+        """How a step maps onto the table's columns (sequence tables add a state column)."""
+        return Layout(data_spec, num_steps)
+
+    def _make_writer(self):
+        """The writer that creates this table's items (one window per step and copy here)."""
+        return WindowWriter(self._client, self._layout, **self._writer_options)
+
+    def _max_items(self):
+        """Items the table keeps: one window per stored transition."""
+        return self._capacity
+
+    def _capacity_of(self, max_items):
+        """The capacity in transitions of a table keeping `max_items` items."""
+        return max_items
+
     def make_table(self, rate_limiter=None):
         """The `reverb.Table` this backend writes to (for servers run elsewhere too)."""
         return reverb.Table(
             name=self._table_name,
             sampler=self._sampler(),
             remover=reverb.selectors.Fifo(),
-            max_size=self._capacity,
+            max_size=self._max_items(),
             rate_limiter=rate_limiter or reverb.rate_limiters.MinSize(1),
             signature=self._layout.signature)
 
@@ -213,13 +229,12 @@ class ReverbBackend:
                 f"Table '{self._table_name}' at {self._address} stores {found}, but this agent "
                 f"writes {expected}: the table was made for another agent or num_steps.")
         # The server's owner sized the table (its env copies may round differently).
-        self._capacity = int(table.max_size)
+        self._capacity = self._capacity_of(int(table.max_size))
 
     def _connect(self):
         """Opens the client and writer; the reader opens its datasets on first use."""
         self._client = reverb.Client(self._address)
-        self._writer = None if self._read_only else WindowWriter(
-            self._client, self._layout, **self._writer_options)
+        self._writer = None if self._read_only else self._make_writer()
         self._reader.connect(self._address)
         self._tf_client = None
 

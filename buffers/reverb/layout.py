@@ -80,3 +80,63 @@ class Layout:
             flat[i] = tf.reshape(value, [*outer, *spec.shape.as_list()])
         ids = flat.pop()[:, 0]
         return tf.nest.pack_sequence_as(self._data_spec, flat), ids
+
+
+class SequenceLayout:
+    """A sequence table's columns: the steps' columns (`Layout`, without `policy_info`) and one
+    more, the start state, referenced once per item (its first step's).
+
+    Steps are appended every step; the start-state column only at steps that start a
+    sequence (buffers/reverb/writer.py, `SequenceWriter`), so the state costs its bytes once
+    per sequence start, not once per step. An item covers the last `num_steps` steps and the
+    state cell of its first step; Reverb's chunks let overlapping items share their steps.
+    """
+
+    def __init__(self, data_spec, num_steps):
+        self._data_spec = data_spec
+        self._num_steps = num_steps
+        self.rows = Layout(data_spec._replace(policy_info=()), num_steps)
+        self._state_specs = tf.nest.flatten(data_spec.policy_info)
+        self._state_sizes = [spec.shape.num_elements() * spec.dtype.size
+                             for spec in self._state_specs]
+        self.state_bytes = sum(self._state_sizes)
+        self.num_columns = self.rows.num_columns + 1
+        self.signature = (*self.rows.signature, tf.TensorSpec([self.state_bytes], tf.uint8))
+
+    def split(self, leaves):
+        """Flat numpy leaves of a batched `Trajectory` -> (the rows' leaves, the state leaves)."""
+        step = tf.nest.pack_sequence_as(self._data_spec, list(leaves))
+        return (tf.nest.flatten(step._replace(policy_info=())),
+                tf.nest.flatten(step.policy_info))
+
+    def encode(self, row_leaves, ids):
+        return self.rows.encode(row_leaves, ids)
+
+    def encode_states(self, state_leaves):
+        """Batched state leaves `[N, ...]` -> per copy, its state as one uint8 vector."""
+        num_envs = len(state_leaves[0])
+        return np.concatenate([np.ascontiguousarray(leaf).reshape(num_envs, -1).view(np.uint8)
+                               for leaf in state_leaves], axis=1)
+
+    def item(self, columns, num_steps):
+        """The last `num_steps` steps of one copy's step columns, and its first step's state."""
+        return (*self.rows.item(columns[:-1], num_steps), columns[-1][-num_steps])
+
+    def decode(self, data):
+        """Sampled columns -> (the data spec's nest [B, T, ...] with the start state repeated
+        over T in `policy_info`, first-step ids [B])."""
+        columns = list(data)
+        window, ids = self.rows.decode(columns[:-1])
+        packed = columns[-1]
+        states, offset = [], 0
+        time = tf.shape(window.step_type)[1]
+        for spec, size in zip(self._state_specs, self._state_sizes):
+            raw = packed[:, offset:offset + size]
+            offset += size
+            if spec.dtype.size > 1:
+                raw = tf.reshape(raw, [-1, size // spec.dtype.size, spec.dtype.size])
+            value = tf.reshape(tf.bitcast(raw, spec.dtype) if spec.dtype != tf.uint8 else raw,
+                               [-1, *spec.shape.as_list()])
+            states.append(tf.repeat(value[:, None], time, axis=1))
+        return window._replace(
+            policy_info=tf.nest.pack_sequence_as(self._data_spec.policy_info, states)), ids

@@ -119,3 +119,58 @@ class WindowWriter:
 
     def close(self):
         self._writer.close()
+
+
+class SequenceWriter(WindowWriter):
+    """Appends batched steps and creates one item per sequence start (buffers/sequence.py's
+    rule: each episode's first step and every `period` steps after it, never a LAST row).
+
+    Every step's columns are appended; the start-state column only at sequence starts. The
+    item of a start is created once its `num_steps` steps are written, and references them
+    and that start's state cell.
+    """
+
+    def __init__(self, client, layout, *, period, **options):
+        super().__init__(client, layout, **options)
+        self._period = period
+        self._since_start = np.zeros(self._num_envs, np.int64)
+        # Per step of the last num_steps: which copies' steps start a sequence.
+        self._starts = collections.deque(maxlen=self._num_steps)
+
+    def write_step(self, priority, leaves, first_id):
+        row_leaves, state_leaves = self._layout.split(leaves)
+        step_type = np.asarray(row_leaves[0])
+        first = step_type == 0
+        since_start = np.where(first, 0, self._since_start)
+        starts = (since_start % self._period == 0) & (step_type != 2)
+        self._since_start = since_start + 1
+        ids = np.arange(first_id, first_id + self._num_envs, dtype=np.int64)
+        columns = self._layout.encode(row_leaves, ids)
+        states = self._layout.encode_states(state_leaves)
+        step = [[*copy_columns, states[env] if starts[env] else None]
+                for env, copy_columns in enumerate(columns)]
+        self._writer.append(step)
+        self._starts.append(starts)
+        if self._histories is None:
+            self._histories = self._writer.history
+        self._steps += 1
+        if self._steps < self._num_steps:
+            return 0
+        created = 0
+        for env, columns_of_copy in enumerate(self._histories):
+            if self._starts[0][env]:
+                self._writer.create_item(self._table_name, float(priority),
+                                         self._layout.item(columns_of_copy, self._num_steps))
+                created += 1
+        self._unflushed += created
+        if self._unflushed >= self._flush_every:
+            self._writer.flush(block_until_num_items=self._flush_every,
+                               timeout_ms=self._flush_timeout_ms)
+            self._unflushed = 0
+        return created
+
+    def recent_steps(self):
+        raise NotImplementedError("sequence tables are not sharded: a writer cannot move")
+
+    def prime(self, steps):
+        raise NotImplementedError("sequence tables are not sharded: a writer cannot move")

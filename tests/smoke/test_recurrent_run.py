@@ -84,3 +84,15 @@ def test_sigkill_resume_restores_the_sequences_and_restarts_episodes(tmp_path):
 def test_backends_that_cannot_work_with_the_agent_are_refused(bindings, message, tmp_path):
     with pytest.raises(UserError, match=message):
         cli.train_main(bindings + [f'--root_dir={tmp_path / "run"}'])
+
+
+def test_r2d2_trains_on_reverb_sequence_replay(tmp_path):
+    """The same config on Reverb's prioritized sequence table, in one process."""
+    root_dir = str(tmp_path / 'run')
+    metrics = cli.train_main(R2D2 + [
+        '--gin_bindings=run.replay_backend=@ReverbPrioritizedSequenceReplay',
+        f'--root_dir={root_dir}'])
+    assert metrics['env_steps'] == 400 and metrics['train_steps'] > 0
+    assert metrics['unused_bindings'] == []
+    scalars = read_scalars(root_dir)
+    assert scalars['buffer/size'][-1][1] == 400
