@@ -78,9 +78,11 @@ class StateRecordingPolicy(tf_policy.TFPolicy):
     def __init__(self, policy):
         if not tf.nest.flatten(policy.policy_state_spec):
             raise ValueError(f"{type(policy).__name__} keeps no state to record")
+        # The recorded state is a flat tuple: tf.data would turn a list (Keras' LSTM state)
+        # into one stacked tensor when a learner batches the sampled sequences.
         super().__init__(policy.time_step_spec, policy.action_spec,
                          policy_state_spec=policy.policy_state_spec,
-                         info_spec=policy.policy_state_spec, clip=False,
+                         info_spec=tuple(tf.nest.flatten(policy.policy_state_spec)), clip=False,
                          name='state_recording_policy')
         self._policy = policy
 
@@ -93,12 +95,16 @@ class StateRecordingPolicy(tf_policy.TFPolicy):
 
     def _action(self, time_step, policy_state, seed):
         step = self._policy.action(time_step, policy_state, seed)
-        return step._replace(info=zero_where_first(policy_state, time_step.step_type))
+        return step._replace(info=self._recorded(policy_state, time_step))
 
     def _distribution(self, time_step, policy_state):
         step = self._policy.distribution(time_step, policy_state)
         return policy_step.PolicyStep(step.action, step.state,
-                                      zero_where_first(policy_state, time_step.step_type))
+                                      self._recorded(policy_state, time_step))
+
+    @staticmethod
+    def _recorded(policy_state, time_step):
+        return tuple(tf.nest.flatten(zero_where_first(policy_state, time_step.step_type)))
 
 
 def sequence_mask(step_type):
@@ -121,7 +127,8 @@ def start_state(experience, network, initial_state):
     or zero."""
     if initial_state == 'zero':
         return network.get_initial_state(tf.shape(experience.step_type)[0])
-    return tf.nest.map_structure(lambda value: value[:, 0], experience.policy_info)
+    return tf.nest.pack_sequence_as(
+        network.state_spec, [value[:, 0] for value in tf.nest.flatten(experience.policy_info)])
 
 
 def burn_in(networks, experience, state, steps):

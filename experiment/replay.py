@@ -25,7 +25,12 @@ from typing import Any, Optional
 from buffers.base import Capabilities
 from buffers.frames import FrameStackedReplay
 from buffers.mixing import MixedReplay
-from buffers.reverb_replay import ReverbPrioritizedReplay, ReverbUniformReplay
+from buffers.reverb_replay import (
+    ReverbPrioritizedReplay,
+    ReverbPrioritizedSequenceReplay,
+    ReverbSequenceReplay,
+    ReverbUniformReplay,
+)
 from buffers.uniform import UniformReplay
 from core.errors import UserError
 from rlds_io.files import Dataset
@@ -121,6 +126,9 @@ def backend_class_for(backend_class, mode):
         raise UserError(f"{backend_class.__name__} has no Reverb counterpart (its windows stay "
                         "inside episodes), so a distributed run cannot use it: bind "
                         "run.replay_backend to @UniformReplay or @PrioritizedReplay.")
+    if capabilities.sequences:
+        return (ReverbPrioritizedSequenceReplay if capabilities.priorities
+                else ReverbSequenceReplay)
     return ReverbPrioritizedReplay if capabilities.priorities else ReverbUniformReplay
 
 
@@ -204,10 +212,10 @@ def build_replay(mode, params, agent, *, num_envs, seed, root_dir=None, dataset=
 
 
 def _check_sequence_mode(mode, params):
-    """Refuses, in one line, what sequence replay does not do yet."""
-    if mode is not Mode.SINGLE:
-        raise UserError(f"Recurrent agents train in one process for now; a {mode.value} "
-                        "cannot replay sequences: run train.py without distributed roles.")
+    """Refuses, in one line, what sequence replay does not do."""
+    if mode is Mode.OFFLINE:
+        raise UserError("Recurrent agents do not train offline here: datasets hold no policy "
+                        "states. Use a feed-forward agent for offline training.")
     if params.frame_stack > 1:
         raise UserError("A recurrent agent keeps its memory in its state: set run.frame_stack=1 "
                         "(sequence replay does not stack frames).")

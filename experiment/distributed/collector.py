@@ -29,7 +29,7 @@ from tf_agents.metrics import tf_metrics
 from buffers.reverb.shards import choose_shard
 from core import rundir, seeds, tags
 from envs.suite import make_env
-from experiment.distributed import common, tables, tier
+from experiment.distributed import common, config, tables, tier
 from experiment.distributed.waiting import TRANSIENT, Stopped, Watchdog, one_line, retry
 from experiment.loop import Collection
 from experiment.replay import Mode
@@ -47,6 +47,7 @@ class _Collector:
         self.seed = seed
         env = make_env(seed=seeds.collection(seed, collector_id))
         self.agent, self.train_step, self.tf_env = common.build_agent(params, seed=seed, env=env)
+        settings = self.settings = config.for_agent(settings, self.agent)
         self.num_envs = self.tf_env.batch_size
         self.steps_per_call = max(1, params.collect_steps_per_iteration // self.num_envs)
         self.metrics = {

@@ -13,6 +13,7 @@ one insert's worth of samples blocks collectors and learner at once.
 
 import dataclasses
 import math
+import sys
 
 import gin
 
@@ -39,6 +40,8 @@ class Settings:
     give_up_after_s: float
     flush_every: int
     replay_shards: int = 1
+    # Sequence tables (recurrent agents): collectors are never held, see `for_agent`.
+    inserts_unbounded: bool = False
 
     def shard_min_size(self):
         """Windows each shard must hold before it is sampled: its share of the minimum."""
@@ -188,6 +191,35 @@ def validate(config, params):
             f"three tries of timeout_s={config.timeout_s:g}: raise it.")
 
 
+def for_agent(config, agent):
+    """The settings as the replay table counts for this agent (call after `validate`).
+
+    A recurrent agent's table holds sequences and the learner samples sequences, so the
+    ratio and minimum size, given in transitions, become sequences: `samples_per_insert` x
+    period, `min_size_to_sample` / period. A sequence starts every `sequence_period` steps
+    of an episode and at each episode's start, so there is at least one per `period` env
+    steps but often more (short episodes), and the ratio in sequences is an upper bound,
+    not a rate: the learner is held to it (it cannot sample ahead of the run's ratio), the
+    collectors are not (`inserts_unbounded`). Holding collectors at a ratio that
+    overcounts what they insert would stop them before the learner's last step: measured,
+    a tiny run stalled that way. Sequence replay is not sharded: more than one shard is
+    refused in one line.
+    """
+    period = agent.sequence_period
+    if not period:
+        return config
+    if config.replay_shards > 1:
+        raise UserError(f"distributed.settings.replay_shards={config.replay_shards}: sequence "
+                        "replay (recurrent agents) runs on one replay server; set "
+                        "replay_shards=1.")
+    samples_per_insert = config.samples_per_insert * period
+    return dataclasses.replace(
+        config, samples_per_insert=samples_per_insert,
+        min_size_to_sample=max(1, int(math.ceil(config.min_size_to_sample / period))),
+        error_buffer=max(config.error_buffer, 2.0 * samples_per_insert),
+        inserts_unbounded=True)
+
+
 def rate_limiter(config):
     """The replay table's limiter (call after `validate`).
 
@@ -202,6 +234,13 @@ def rate_limiter(config):
 
     if config.replay_shards > 1:
         return reverb.rate_limiters.MinSize(config.shard_min_size())
+    if config.inserts_unbounded:
+        # Reverb's SampleToInsertRatio bounds, without the upper one that holds inserts.
+        offset = config.samples_per_insert * config.min_size_to_sample
+        return reverb.rate_limiters.RateLimiter(
+            samples_per_insert=config.samples_per_insert,
+            min_size_to_sample=config.min_size_to_sample,
+            min_diff=offset - config.error_buffer, max_diff=sys.float_info.max)
     return reverb.rate_limiters.SampleToInsertRatio(
         samples_per_insert=config.samples_per_insert,
         min_size_to_sample=config.min_size_to_sample,

@@ -54,6 +54,7 @@ class _Learner:
         self.role, self.settings, self.params = role, settings, params
         self.address, self.seed = address, seed
         self.agent, self.train_step, tf_env = common.build_agent(params, seed=seed)
+        settings = self.settings = config.for_agent(settings, self.agent)
         self.num_envs = tf_env.batch_size
         self.checkpointer = Checkpointer(os.path.join(directory, 'checkpoints'),
                                          **self.agent.checkpoint_items(),

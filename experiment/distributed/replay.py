@@ -48,6 +48,7 @@ def main(root_dir, *, address, shard=0, bind_all_interfaces=False, seed=0, force
     host, port = net.parse_address(addresses[shard])
     net.check_replay_exposure(host, bind_all_interfaces=bind_all_interfaces)
     agent, _, tf_env = common.build_agent(params, seed=seed)
+    settings = config.for_agent(settings, agent)
     checkpoint_dir = os.path.join(directory, 'reverb')
     restoring = latest_checkpoint(checkpoint_dir)
     weights = [tables.variables_table(agent.collect_policy.variables())] if shard == 0 else []

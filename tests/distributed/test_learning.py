@@ -13,10 +13,11 @@ from tests.distributed.conftest import ROOT
 pytestmark = [pytest.mark.reverb, pytest.mark.slow, pytest.mark.timeout(3600)]
 
 
-def _launch_to_target(tmp_path, config, *bindings, bar, budget):
-    """Runs the launcher with 2 collectors until the target return; checks the bar; returns
-    the final metrics."""
-    cmd = [sys.executable, '-m', 'app.launch', f'--gin_file={config}', '--collectors=2',
+def _launch_to_target(tmp_path, config, *bindings, bar, budget, collectors=2):
+    """Runs the launcher with `collectors` collectors until the target return; checks the bar;
+    returns the final metrics."""
+    cmd = [sys.executable, '-m', 'app.launch', f'--gin_file={config}',
+           f'--collectors={collectors}',
            f'--root_dir={tmp_path / "run"}', '--gin_bindings=run.stop_at_target_return=True',
            *[f'--gin_bindings={binding}' for binding in bindings]]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3300)
@@ -32,6 +33,15 @@ def _launch_to_target(tmp_path, config, *bindings, bar, budget):
 
 def test_two_collectors_reach_minus_200_within_the_budget(tmp_path):
     _launch_to_target(tmp_path, 'configs/sac_pendulum_distributed.gin', bar=-200, budget=20_000)
+
+
+def test_recurrent_dqn_with_one_collector_reaches_the_cartpole_bar(tmp_path):
+    """R2D2 on CartPole without velocities, distributed: the collector carries its policy
+    state, the learner samples stored sequences from the replay server (docs/recurrent.md)."""
+    metrics = _launch_to_target(tmp_path, 'configs/r2d2_cartpole_pomdp.gin',
+                                'run.target_return=450.0', bar=450, budget=300_000,
+                                collectors=1)
+    assert metrics['eval']['best_policy']['confirmed_return'] >= 450
 
 
 SHARDED = [  # (config, shards, replay backend, bar, env-step budget): every combination

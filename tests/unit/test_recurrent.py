@@ -213,8 +213,8 @@ def test_collection_keeps_the_state_after_a_chunk(setup):
     agent, _, rows, collection = setup
     network = agent._q_network
     last = rows[-1]
-    _, expected = network(last.observation, step_type=last.step_type,
-                          network_state=last.policy_info)
+    state = tf.nest.pack_sequence_as(network.state_spec, tf.nest.flatten(last.policy_info))
+    _, expected = network(last.observation, step_type=last.step_type, network_state=state)
     for kept, value in zip(tf.nest.flatten(collection._policy_state),
                            tf.nest.flatten(expected)):
         np.testing.assert_allclose(kept.numpy(), value.numpy(), atol=1e-5)
