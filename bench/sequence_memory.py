@@ -27,10 +27,11 @@ FEED_FORWARD = 'configs/dqn_cartpole_pomdp.gin'
 
 def _agent_and_run(config):
     """The configured agent and run settings of `config` (Gin parsed as train.py does)."""
+    from tf_agents.environments import tf_py_environment
+
     import app.registry  # noqa: F401  (registers every configurable)
     from envs.suite import make_env
     from experiment.config import RunConfig
-    from tf_agents.environments import tf_py_environment
 
     gin.clear_config()
     gin.parse_config_files_and_bindings([config], [])

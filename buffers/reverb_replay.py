@@ -50,9 +50,9 @@ import tensorflow as tf
 from buffers.base import Capabilities, check_priority_settings
 from buffers.reverb.backend import ReverbBackend
 from buffers.reverb.layout import SequenceLayout
+from buffers.reverb.server import latest_checkpoint  # noqa: F401  (re-exported)
 from buffers.reverb.writer import SequenceWriter
 from core.errors import UserError
-from buffers.reverb.server import latest_checkpoint  # noqa: F401  (re-exported)
 
 
 @gin.configurable

@@ -125,3 +125,28 @@ def test_a_role_without_an_address_is_refused(tmp_path):
                         '--bind_all_interfaces', f'--root_dir={tmp_path}'])
     finally:
         gin.clear_config()
+
+
+class _RecurrentAgent:
+    sequence_period = 40
+
+
+class _FeedForwardAgent:
+    sequence_period = None
+
+
+def test_a_recurrent_agents_table_counts_sequences_and_never_holds_collectors(parse):
+    settings, params = parse()
+    config.validate(settings, params)
+    assert config.for_agent(settings, _FeedForwardAgent()) is settings
+    sequences = config.for_agent(settings, _RecurrentAgent())
+    assert sequences.samples_per_insert == 256 * 40
+    assert sequences.min_size_to_sample == 25  # 1,000 transitions / 40
+    assert sequences.error_buffer >= 2 * sequences.samples_per_insert
+    limiter = config.rate_limiter(sequences)
+    # Reverb takes it; the learner's lower bound is SampleToInsertRatio's, inserts are free.
+    offset = sequences.samples_per_insert * sequences.min_size_to_sample
+    assert limiter._min_diff == offset - sequences.error_buffer  # noqa: SLF001
+    assert limiter._max_diff > 1e300  # noqa: SLF001
+    with pytest.raises(UserError, match='one replay server'):
+        config.for_agent(dataclasses.replace(settings, replay_shards=2), _RecurrentAgent())
