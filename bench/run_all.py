@@ -36,6 +36,7 @@ from bench import (
     preprocessing_overhead,
     sac_speed,
     scaling,
+    sequence_memory,
     shard_sampling,
     timing,
 )
@@ -53,6 +54,7 @@ SECTIONS = [
     ('latency', latency.section),
     ('scaling', scaling.section),
     ('shards', shard_sampling.section),
+    ('sequence_memory', sequence_memory.section),
 ]
 DEFAULT_OUTPUT = os.path.join(timing.REPO_ROOT, 'docs', 'benchmarks.md')
 
