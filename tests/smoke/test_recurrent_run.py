@@ -86,13 +86,17 @@ def test_backends_that_cannot_work_with_the_agent_are_refused(bindings, message,
         cli.train_main(bindings + [f'--root_dir={tmp_path / "run"}'])
 
 
-def test_r2d2_trains_on_reverb_sequence_replay(tmp_path):
-    """The same config on Reverb's prioritized sequence table, in one process."""
+def test_r2d2_trains_on_reverb_sequence_replay_behind_the_preprocessing_stage(tmp_path):
+    """The same config on Reverb's prioritized sequence table, in one process, with
+    observation normalisation in front of the recurrent agent."""
     root_dir = str(tmp_path / 'run')
     metrics = cli.train_main(R2D2 + [
         '--gin_bindings=run.replay_backend=@ReverbPrioritizedSequenceReplay',
+        '--gin_bindings=run.preprocessing=[@preprocess.ObservationNormalization()]',
         f'--root_dir={root_dir}'])
     assert metrics['env_steps'] == 400 and metrics['train_steps'] > 0
     assert metrics['unused_bindings'] == []
     scalars = read_scalars(root_dir)
     assert scalars['buffer/size'][-1][1] == 400
+    with open(os.path.join(root_dir, 'operative_config.gin')) as f:
+        assert 'ObservationNormalization' in f.read()

@@ -319,3 +319,20 @@ def test_box2d_environments_build_and_step(env_id, discrete):
         assert np.all(np.isfinite(time_step.reward))
     finally:
         env.close()
+
+
+def test_hidden_observations_make_a_partially_observed_task_from_a_module_id():
+    """`module:EnvId` ids (as gymnasium.make takes them) and hidden entries, with clear errors."""
+    env = suite.make_env('gymnasium.envs.classic_control:Pendulum-v1', num_envs=2,
+                         hidden_observations=(2,), seed=3)
+    assert env.observation_spec().shape == (2,)
+    observation = env.reset().observation
+    np.testing.assert_allclose(np.square(observation).sum(axis=1), 1.0, rtol=1e-5)  # cos, sin
+    cartpole = suite.make_env('CartPole-v1', hidden_observations=(1, 3))
+    assert cartpole.observation_spec().shape == (2,)
+    with pytest.raises(UserError, match="module 'no_such_module'"):
+        suite.make_env('no_such_module:Thing-v0')
+    with pytest.raises(UserError, match='does not fit'):
+        suite.make_env('CartPole-v1', hidden_observations=(0, 1, 2, 3))
+    with pytest.raises(UserError, match='does not fit'):
+        suite.make_env('CartPole-v1', hidden_observations=(7,))
