@@ -112,7 +112,9 @@ def _train(session, config, seed):
     if start_step == 0 and config.initialize_from:
         trainer.evaluate(0)  # where the initial weights start: the bar online training must beat
 
-    step = _collect_initial(trainer, loop, config, env_step, num_envs)
+    step = _collect_initial(trainer, loop, config, env_step, num_envs,
+                            minimum=_one_window_per_copy(session, config, num_steps, num_envs,
+                                                         int(env_step.numpy())))
     agent.end_warmup()
     summaries.start(step)
     steps_per_chunk = config.collect_steps_per_iteration // num_envs
@@ -154,11 +156,29 @@ def _train(session, config, seed):
     return metrics
 
 
-def _collect_initial(trainer, loop, config, env_step, num_envs):
-    """Random actions (or the initial agent's) until `initial_collect_steps`; returns the step."""
+def _one_window_per_copy(session, config, num_steps, num_envs, step):
+    """Env steps the warm-up needs so that every copy holds one whole sampled window.
+
+    Only recurrent agents' sequences (tens of steps) can be longer than
+    `run.initial_collect_steps` spreads over the copies (e.g. a smoke-test mixin's 64
+    steps); sampling before then would draw windows that do not exist yet. The warm-up then
+    runs longer, and says so.
+    """
+    minimum = num_steps * num_envs
+    if config.initial_collect_steps < minimum and step < minimum:
+        session.say(f"Warm-up: {minimum:,} env steps, not run.initial_collect_steps="
+                    f"{config.initial_collect_steps:,}: one {num_steps}-step sequence per env "
+                    f"copy ({num_envs}) must be stored before the first one is sampled.")
+    return minimum
+
+
+def _collect_initial(trainer, loop, config, env_step, num_envs, minimum=0):
+    """Random actions (or the initial agent's) until `initial_collect_steps` (and at least
+    `minimum`); returns the step."""
     collect = loop.collect_with_agent if config.initialize_from else loop.collect_random
     steps = tf.constant(config.collect_steps_per_iteration // num_envs, tf.int32)
-    while int(env_step.numpy()) < config.initial_collect_steps and not trainer.stop_requested:
+    warmup = max(config.initial_collect_steps, minimum)
+    while int(env_step.numpy()) < warmup and not trainer.stop_requested:
         collect(steps)
     return int(env_step.numpy())
 
