@@ -79,7 +79,9 @@ def markdown(rows, command, bars):
              'Pendulum-v1 with the angular velocity hidden (observation [cos θ, sin θ]); see '
              '[recurrent agents](recurrent.md). Report: the end-of-run evaluation of the final '
              'and the best policy on the same 100 seeded episodes (evaluation.json). A seed '
-             'reaches the bar when its best policy\'s report mean is at or above it.', '',
+             'reaches the bar when its best policy\'s report mean is at or above it. Wall time is '
+             'what a run took where it ran, often beside other runs on the same cores: not a '
+             'speed measurement.', '',
              '## Per variant', '',
              '| task | variant | seeds reaching the bar | bar | best policy (report), per seed '
              '| final policy (report), per seed |',

@@ -13,8 +13,10 @@ import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 
 from agents import cql_sac, dqn, sac
+from agents.surface import AgentSurface
 from buffers.prioritized import PrioritizedReplay
 from buffers.reverb_replay import ReverbPrioritizedReplay
+from buffers.sequence import PrioritizedSequenceReplay, SequenceReplay
 from buffers.uniform import UniformReplay
 from core.errors import UserError
 from envs.suite import make_env
@@ -82,7 +84,7 @@ def test_sac_feeds_a_reverb_prioritized_table():
         tf_env.close()
 
 
-class _NoPriorities:
+class _NoPriorities(AgentSurface):
     gives_priorities = False
 
 
@@ -99,6 +101,10 @@ def test_a_distributed_run_maps_backends_by_their_declared_capabilities():
         'ReverbUniformReplay'
     assert replay.backend_class_for(PrioritizedReplay, distributed) is ReverbPrioritizedReplay
     assert replay.backend_class_for(PrioritizedReplay, replay.Mode.SINGLE) is PrioritizedReplay
+    assert replay.backend_class_for(PrioritizedSequenceReplay, distributed).__name__ == \
+        'ReverbPrioritizedSequenceReplay'
+    assert replay.backend_class_for(SequenceReplay, distributed).__name__ == \
+        'ReverbSequenceReplay'
     with pytest.raises(UserError, match='not a replay backend'):
         replay.backend_class_for(len, distributed)
 
