@@ -52,7 +52,7 @@ from buffers.reverb.backend import ReverbBackend
 from buffers.reverb.layout import SequenceLayout
 from buffers.reverb.server import latest_checkpoint  # noqa: F401  (re-exported)
 from buffers.reverb.writer import SequenceWriter
-from core.errors import UserError
+from buffers.sequence import check_sequence_backend
 
 
 @gin.configurable
@@ -157,13 +157,7 @@ class _ReverbSequences:
     """
 
     def __init__(self, data_spec, *, period, **kwargs):
-        if isinstance(period, bool) or not isinstance(period, int) or period < 1:
-            raise UserError(f"The sequence period must be a positive number of steps, got "
-                            f"{period!r}: fix the agent's sequence_period binding.")
-        if not tf.nest.flatten(data_spec.policy_info):
-            raise UserError(f"{type(self).__name__} keeps the recurrent state each sequence "
-                            "starts from, but this agent's collect policy records none: use it "
-                            "with a recurrent agent.")
+        check_sequence_backend(type(self).__name__, data_spec, period)
         self._period = period
         super().__init__(data_spec, **kwargs)
 

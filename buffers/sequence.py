@@ -39,6 +39,19 @@ from buffers.prioritized import PrioritizedReplay
 from core.errors import UserError
 
 
+def check_sequence_backend(name, data_spec, period):
+    """One-line errors for a sequence backend (in process or on Reverb) that cannot work:
+    a period that is no positive whole number, or an agent that records no state."""
+    if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+        raise UserError(f"The sequence period must be a positive number of steps, got "
+                        f"{period!r}: fix the agent's sequence_period binding.")
+    if not tf.nest.flatten(data_spec.policy_info):
+        raise UserError(f"{name} keeps the recurrent state each sequence starts from, but this "
+                        "agent's collect policy records none: use it with a recurrent agent "
+                        "(dqn.make_agent or sac.make_agent with an lstm_size), or bind "
+                        "run.replay_backend to @UniformReplay.")
+
+
 def _without_policy_info(data_spec):
     return data_spec._replace(policy_info=())
 
@@ -61,14 +74,7 @@ class _SequenceRing(PrioritizedReplay):
           alpha, priority_epsilon: as for `PrioritizedReplay` (alpha 0: uniform).
           name: module name.
         """
-        if isinstance(period, bool) or not isinstance(period, int) or period < 1:
-            raise UserError(f"The sequence period must be a positive number of steps, got "
-                            f"{period!r}: fix the agent's sequence_period binding.")
-        if not tf.nest.flatten(data_spec.policy_info):
-            raise UserError(f"{type(self).__name__} keeps the recurrent state each sequence "
-                            "starts from, but this agent's collect policy records none: use it "
-                            "with a recurrent agent (e.g. r2d2.make_agent), or bind "
-                            "run.replay_backend to @UniformReplay.")
+        check_sequence_backend(type(self).__name__, data_spec, period)
         super().__init__(_without_policy_info(data_spec), capacity=capacity, num_envs=num_envs,
                          batch_size=batch_size, num_steps=num_steps, seed=seed, alpha=alpha,
                          priority_epsilon=priority_epsilon, name=name)
