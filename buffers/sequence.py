@@ -159,10 +159,6 @@ class _SequenceRing(PrioritizedReplay):
         return {**super().checkpoint_items(), 'start_states': tf.nest.flatten(self._states),
                 'since_start': self._since_start}
 
-    def stored_bytes(self):
-        """Bytes of every buffer variable (rows, tree, start states, counters)."""
-        return sum(int(v.shape.num_elements()) * v.dtype.size for v in self.variables)
-
 
 @gin.configurable
 class SequenceReplay(_SequenceRing):
