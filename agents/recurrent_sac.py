@@ -261,10 +261,6 @@ class RecurrentSacAgent(AgentSurface, tf_agent.TFAgent):
             gradients, _ = tf.clip_by_global_norm(gradients, self._gradient_clipping)
         optimizer.apply_gradients(zip(gradients, variables))
 
-    def _loss(self, experience, weights=None, training=False):
-        raise NotImplementedError("RecurrentSacAgent trains through `train`; it has no "
-                                  "separate loss")
-
 
 def make_recurrent_sac(time_step_spec, action_spec, train_step, *, actor_fc_layer_params,
                        critic_joint_fc_layer_params, lstm_size, **settings):

@@ -87,12 +87,17 @@ class WindowWriter:
         for columns in self._histories:  # one env copy's columns: windows never mix copies
             self._writer.create_item(self._table_name, float(priority),
                                      self._layout.item(columns, self._num_steps))
-        self._unflushed += self._num_envs
+        return self._created(self._num_envs)
+
+    def _created(self, count):
+        """Counts `count` new items; every `flush_every` of them, waits for the server to
+        confirm all but that many. Returns `count`."""
+        self._unflushed += count
         if self._unflushed >= self._flush_every:
             self._writer.flush(block_until_num_items=self._flush_every,
                                timeout_ms=self._flush_timeout_ms)
             self._unflushed = 0
-        return self._num_envs
+        return count
 
     def recent_steps(self):
         """The last `num_steps - 1` steps written, encoded (for `prime`)."""
@@ -162,15 +167,12 @@ class SequenceWriter(WindowWriter):
                 self._writer.create_item(self._table_name, float(priority),
                                          self._layout.item(columns_of_copy, self._num_steps))
                 created += 1
-        self._unflushed += created
-        if self._unflushed >= self._flush_every:
-            self._writer.flush(block_until_num_items=self._flush_every,
-                               timeout_ms=self._flush_timeout_ms)
-            self._unflushed = 0
-        return created
+        return self._created(created)
 
     def recent_steps(self):
-        raise NotImplementedError("sequence tables are not sharded: a writer cannot move")
+        # Unreachable from the app: sequence replay with replay shards is refused up front
+        # (experiment.distributed.config.for_agent), so a sequence writer never moves.
+        raise RuntimeError("a sequence table's writer cannot move to another shard")
 
     def prime(self, steps):
-        raise NotImplementedError("sequence tables are not sharded: a writer cannot move")
+        raise RuntimeError("a sequence table's writer cannot move to another shard")
