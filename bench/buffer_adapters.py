@@ -21,7 +21,7 @@ KINDS = ('vector', 'image')
 OBS = {'vector': ((4,), 'float32'), 'image': ((84, 84, 4), 'uint8')}
 POOL = {'vector': 200, 'image': 40}  # distinct observations cycled; divides EPISODE_LENGTH
 SYSTEMS = ('uniform', 'tfa_uniform', 'prioritized', 'episodic', 'tfa_episodic',
-           'reverb_uniform', 'reverb_prioritized', 'tfa_reverb_prioritized')
+           'reverb_uniform', 'reverb_prioritized', 'tfa_reverb_prioritized', 'api_uniform')
 
 
 # -- Data ----------------------------------------------------------------------------------------
@@ -258,12 +258,14 @@ class TfaUniformSystem(_TfaSystem):
     """`TFUniformReplayBuffer`, read the way TF-Agents' DQN example reads it."""
 
     def __init__(self, kind, num_envs):
-        from tf_agents.replay_buffers import tf_uniform_replay_buffer
-
         super().__init__(kind, num_envs)
-        self._buffer = tf_uniform_replay_buffer.TFUniformReplayBuffer(
+        self._buffer = self._buffer_class()(
             self._spec, batch_size=num_envs, max_length=CAPACITY // num_envs)
         self._insert = _insert_function(self._buffer.add_batch, self.stream)
+
+    def _buffer_class(self):
+        from tf_agents.replay_buffers import tf_uniform_replay_buffer
+        return tf_uniform_replay_buffer.TFUniformReplayBuffer
 
     def _dataset(self):
         # As dqn/examples/v2/train_eval.py builds it.
@@ -272,6 +274,15 @@ class TfaUniformSystem(_TfaSystem):
 
     def memory(self, filled, rss_growth):
         return _tf_variable_bytes(self._buffer) / CAPACITY, 'TF variables / capacity'
+
+
+class ApiUniformSystem(TfaUniformSystem):
+    """Ours behind TF-Agents' interface (`buffers.tf_agents_api.UniformReplayBuffer`), built
+    and read exactly as `TfaUniformSystem` builds and reads TF-Agents' class."""
+
+    def _buffer_class(self):
+        from buffers.tf_agents_api import UniformReplayBuffer
+        return UniformReplayBuffer
 
 
 class TfaEpisodicSystem(_TfaSystem):
@@ -369,7 +380,7 @@ class TfaReverbSystem(_TfaSystem):
 
 def build(system, kind, num_envs):
     theirs = {'tfa_uniform': TfaUniformSystem, 'tfa_episodic': TfaEpisodicSystem,
-              'tfa_reverb_prioritized': TfaReverbSystem}
+              'tfa_reverb_prioritized': TfaReverbSystem, 'api_uniform': ApiUniformSystem}
     if system in theirs:
         return theirs[system](kind, num_envs)
     from buffers.episodic import EpisodicReplay

@@ -38,6 +38,7 @@ from bench import (
     scaling,
     sequence_memory,
     shard_sampling,
+    tf_agents_example,
     timing,
 )
 
@@ -55,6 +56,7 @@ SECTIONS = [
     ('scaling', scaling.section),
     ('shards', shard_sampling.section),
     ('sequence_memory', sequence_memory.section),
+    ('tf_agents_example', tf_agents_example.section),
 ]
 DEFAULT_OUTPUT = os.path.join(timing.REPO_ROOT, 'docs', 'benchmarks.md')
 

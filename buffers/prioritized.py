@@ -206,6 +206,12 @@ class PrioritizedReplay(UniformReplay):
         self._propagate(leaves)
         self._max_priority.assign(tf.maximum(self._max_priority, tf.reduce_max(stored)))
 
+    def clear(self, zero_storage=False):
+        """Forgets every stored step and its priority; new steps start again at priority 1."""
+        super().clear(zero_storage)
+        self._tree.assign(tf.zeros_like(self._tree))
+        self._max_priority.assign(1.0)
+
     def priorities(self, keys):
         """Stored priorities `q` of `keys` (0 for stale keys); for tests and debugging."""
         keys = tf.cast(keys, tf.int64)

@@ -157,6 +157,33 @@ class UniformReplay(tf.Module):
             lambda var: tf.reshape(tf.gather(var, flat_rows), [-1, num_steps, *var.shape[1:]]),
             self._storage)
 
+    def stored_steps(self):
+        """`(oldest, end)`: the absolute steps `[oldest, end)` each env copy still holds."""
+        end = self._num_adds.read_value()
+        return tf.maximum(end - self._rows_per_env, 0), end
+
+    def read(self, keys):
+        """The stored steps at absolute keys `step * num_envs + env`, any shape of keys.
+
+        For callers that choose what to read themselves (TF-Agents' `gather_all` and
+        deterministic passes in buffers/tf_agents_api.py); the keys must be stored.
+        """
+        keys = tf.cast(keys, tf.int64)
+        step, env = keys // self._num_envs, keys % self._num_envs
+        rows = (step % self._rows_per_env) * self._num_envs + env
+        return tf.nest.map_structure(lambda var: tf.gather(var, rows), self._storage)
+
+    def clear(self, zero_storage=False):
+        """Forgets every stored step (TF-Agents' `clear`); the memory stays allocated.
+
+        Args:
+          zero_storage: also overwrite the rows with zeros, not only forget them.
+        """
+        self._num_adds.assign(0)
+        if zero_storage:
+            for var in tf.nest.flatten(self._storage):
+                var.assign(tf.zeros_like(var))
+
     def as_dataset(self, batch_size, num_steps):
         """An endless dataset of sampled batches, for learners fed by tf.data."""
         return tf.data.Dataset.from_tensors(0).repeat().map(

@@ -301,7 +301,7 @@ class ReverbBackend:
             self._items_created += self._writer.write_step(priority, leaves, self._inserted)
             self._inserted += self._num_envs
 
-    def _flush(self):
+    def flush(self):
         """Sends every pending item and waits until the server has it."""
         with self._lock:
             if self._closed:
@@ -324,7 +324,7 @@ class ReverbBackend:
         return self._layout.decode(data)
 
     def _check_not_empty(self):
-        self._flush()
+        self.flush()
         if self.table_info().current_size == 0:
             raise UserError(
                 f"Cannot sample from the empty Reverb table '{self._table_name}': "
@@ -350,13 +350,13 @@ class ReverbBackend:
         It ends only if the table stays empty for `rate_limiter_timeout_ms`.
         """
         self._reader.check_num_steps(num_steps, type(self).__name__)
-        self._flush()
+        self.flush()
         return self._reader.windows(batch_size)
 
     def raw_samples(self, batch_size, num_steps):
         """Reverb's unbatched `ReplaySample`s of this table (a sharded reader mixes several)."""
         self._reader.check_num_steps(num_steps, type(self).__name__)
-        self._flush()
+        self.flush()
         return self._reader.samples(batch_size)
 
     def update_priorities(self, keys, priorities):
@@ -390,7 +390,7 @@ class ReverbBackend:
         `num_steps - 1` steps more than there are windows; at most `capacity`.
         `windows` is the table's own item count.
         """
-        self._flush()
+        self.flush()
         info = self.table_info()
         windows = int(info.current_size)
         size = float(min(windows + (self._num_steps - 1) * self._num_envs, self._capacity)
@@ -414,7 +414,7 @@ class ReverbBackend:
 
     def _save_reverb_checkpoint(self):
         """Writes a Reverb checkpoint, keeps the last few; returns what to record."""
-        self._flush()
+        self.flush()
         path = self._client.checkpoint()
         if self._own_server is not None:
             path = self._own_server.keep(path)
