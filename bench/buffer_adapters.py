@@ -21,7 +21,8 @@ KINDS = ('vector', 'image')
 OBS = {'vector': ((4,), 'float32'), 'image': ((84, 84, 4), 'uint8')}
 POOL = {'vector': 200, 'image': 40}  # distinct observations cycled; divides EPISODE_LENGTH
 SYSTEMS = ('uniform', 'tfa_uniform', 'prioritized', 'episodic', 'tfa_episodic',
-           'reverb_uniform', 'reverb_prioritized', 'tfa_reverb_prioritized', 'api_uniform')
+           'reverb_uniform', 'reverb_prioritized', 'tfa_reverb_prioritized', 'api_uniform',
+           'api_episodic')
 
 
 # -- Data ----------------------------------------------------------------------------------------
@@ -292,18 +293,30 @@ class TfaEpisodicSystem(_TfaSystem):
     """
 
     def __init__(self, kind, num_envs):
-        from tf_agents.replay_buffers import episodic_replay_buffer as erb
-
         super().__init__(kind, num_envs)
+        episodic, stateful = self._buffer_classes()
         # Capacity counts episodes: 100k transitions of EPISODE_LENGTH-item episodes,
         # plus one slot per env copy for the episodes still being written.
         capacity = math.ceil(CAPACITY / EPISODE_LENGTH) + num_envs
-        self._buffer = erb.EpisodicReplayBuffer(self._spec, capacity=capacity, seed=0)
-        self._stateful = erb.StatefulEpisodicReplayBuffer(self._buffer, num_episodes=num_envs)
+        self._buffer = episodic(self._spec, capacity=capacity, seed=0)
+        self._stateful = stateful(self._buffer, num_episodes=num_envs)
         self._insert = _insert_function(self._stateful.add_batch, self.stream)
+
+    def _buffer_classes(self):
+        from tf_agents.replay_buffers import episodic_replay_buffer as erb
+        return erb.EpisodicReplayBuffer, erb.StatefulEpisodicReplayBuffer
 
     def _dataset(self):
         return self._buffer.as_dataset(sample_batch_size=BATCH_SIZE, num_steps=NUM_STEPS)
+
+
+class ApiEpisodicSystem(TfaEpisodicSystem):
+    """Ours behind TF-Agents' interface (`buffers.tf_agents_api.EpisodicReplayBuffer` and its
+    stateful wrapper), built and read exactly as `TfaEpisodicSystem` does TF-Agents' classes."""
+
+    def _buffer_classes(self):
+        from buffers.tf_agents_api import EpisodicReplayBuffer, StatefulEpisodicReplayBuffer
+        return EpisodicReplayBuffer, StatefulEpisodicReplayBuffer
 
 
 class TfaReverbSystem(_TfaSystem):
@@ -380,7 +393,8 @@ class TfaReverbSystem(_TfaSystem):
 
 def build(system, kind, num_envs):
     theirs = {'tfa_uniform': TfaUniformSystem, 'tfa_episodic': TfaEpisodicSystem,
-              'tfa_reverb_prioritized': TfaReverbSystem, 'api_uniform': ApiUniformSystem}
+              'tfa_reverb_prioritized': TfaReverbSystem, 'api_uniform': ApiUniformSystem,
+              'api_episodic': ApiEpisodicSystem}
     if system in theirs:
         return theirs[system](kind, num_envs)
     from buffers.episodic import EpisodicReplay

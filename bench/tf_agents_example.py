@@ -22,7 +22,7 @@ SEEDS = (0, 1)
 BUFFERS = ('TFUniformReplayBuffer', 'ours')
 # The buffer benchmark's systems (bench/buffer_adapters.py): TF-Agents' class and ours behind
 # TF-Agents' interface, built and read the same way.
-SAMPLING_PAIRS = (('tfa_uniform', 'api_uniform'),)
+SAMPLING_PAIRS = (('tfa_uniform', 'api_uniform'), ('tfa_episodic', 'api_episodic'))
 
 
 def run_example(buffer, num_iterations, eval_interval, seed, root_dir):
@@ -119,9 +119,12 @@ def section(opts):
         f'Ours / TF-Agents\': **{ours[0] / theirs[0]:.2f}×** iterations/s. Evaluation curves '
         f'(iteration: return) -- {curves}.', '',
         'The example\'s time goes to its Python loop, driver and train step, not to the '
-        'buffer. The buffer alone, built and read as the example does (100k transitions, '
-        'batches of 256 two-step windows, `as_dataset(num_parallel_calls=3).prefetch(3)`; '
-        'the buffer benchmark\'s workers, bench/buffer_systems.py), in windows/s read '
+        'buffer. The buffers alone, each pair built and read the same way by the buffer '
+        'benchmark\'s workers (bench/buffer_adapters.py, bench/buffer_systems.py: 100k '
+        'transitions from 32 env copies, batches of 256 two-step windows; the uniform pair '
+        'read as TF-Agents\' DQN example reads it, `as_dataset(num_parallel_calls=3)'
+        '.prefetch(3)`; the episodic pair filled through the stateful wrapper, episodes of '
+        '200 steps), in windows/s read '
         '(`add_batch` is `UniformReplay.add`: its insert rates are in the replay-buffer '
         'section):', '',
         timing.markdown_table(['TF-Agents class', 'data', 'path', 'theirs',

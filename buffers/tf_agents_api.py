@@ -27,9 +27,14 @@ from tf_agents.specs import tensor_spec
 from tf_agents.utils import nest_utils
 
 from buffers.prioritized import PrioritizedReplay
+from buffers.tf_agents_episodic import EpisodicReplayBuffer, StatefulEpisodicReplayBuffer
+from buffers.tf_agents_reverb import ReverbAddTrajectoryObserver, ReverbReplayBuffer
+from buffers.tf_agents_reverb import table as reverb_table
 from buffers.uniform import UniformReplay
 
-__all__ = ['BufferInfo', 'PrioritizedReplayBuffer', 'TrajectoryObserver', 'UniformReplayBuffer']
+__all__ = ['BufferInfo', 'EpisodicReplayBuffer', 'PrioritizedReplayBuffer',
+           'ReverbAddTrajectoryObserver', 'ReverbReplayBuffer', 'StatefulEpisodicReplayBuffer',
+           'TrajectoryObserver', 'UniformReplayBuffer', 'reverb_table']
 
 _EMPTY = 'TFUniformReplayBuffer is empty. Make sure to add items before sampling the buffer.'
 
