@@ -7,7 +7,15 @@ Kinds: random, expert (a run's exported policy), medium (a training snapshot
 at a chosen eval return). 'replay' datasets are recorded by train.py itself
 (run.record_dataset=True). The result loads with plain TFDS:
 tfds.builder_from_directory(output_dir).as_dataset(split='train').
-The work is done by `app.cli.make_dataset_main`; nothing imports this file.
+
+Minari datasets, both ways (no Gin config; see docs/offline_rl.md "Minari datasets"):
+
+  python make_dataset.py --from_minari=<local id or dataset dir> [--output_dir=data/my_dataset]
+  python make_dataset.py --to_minari=<new id, e.g. rlds/pendulum-random-v0> \\
+      --dataset_dir=data/pendulum_random [--env_id=Pendulum-v1]
+
+Minari is a separate format, so converting is a mode of this script rather than a kind:
+it plays no policy. The work is done by `app.cli.make_dataset_main`; nothing imports this file.
 """
 
 import sys

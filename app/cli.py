@@ -144,19 +144,53 @@ def train_main(argv=None):
 def make_dataset_main(argv=None):
     """make_dataset.py: makes the dataset; returns its metadata (raises UserError on bad input)."""
     parser = argparse.ArgumentParser(
-        description='Make an RLDS dataset (TFDS format) by playing a behaviour policy.')
+        description='Make an RLDS dataset (TFDS format) by playing a behaviour policy, or '
+                    'convert one from or to a Minari dataset.')
     add_gin_flags(parser, example='make_dataset.num_steps=50000')
     parser.add_argument('--output_dir', default=None,
-                        help='Dataset directory to create (default: data/<first config name>).')
+                        help='Dataset directory to create (default: data/<first config name>, '
+                             'or data/<Minari id> with --from_minari).')
     parser.add_argument('--seed', type=int, default=0, help='Seeds the envs and the noise.')
+    parser.add_argument('--from_minari', default=None, metavar='ID_OR_DIR',
+                        help='Convert this local Minari dataset (id or directory) to RLDS at '
+                             '--output_dir instead of playing a policy.')
+    parser.add_argument('--to_minari', default=None, metavar='NEW_ID',
+                        help='Convert the RLDS dataset at --dataset_dir to a new Minari '
+                             'dataset with this id (under MINARI_DATASETS_PATH).')
+    parser.add_argument('--dataset_dir', default=None,
+                        help='The RLDS dataset that --to_minari converts.')
+    parser.add_argument('--env_id', default=None,
+                        help="With --to_minari: the env whose spaces the dataset has, when "
+                             "its collection.json names none.")
     add_verbose_flag(parser)
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     start_up(args.verbose)
+    if args.from_minari or args.to_minari:
+        return _convert_minari(args)
     load_gin_config(args.gin_file, args.gin_bindings)
     from experiment.dataset_collection import make_dataset
 
     name = os.path.splitext(os.path.basename(args.gin_file[0]))[0]
     return make_dataset(args.output_dir or os.path.join('data', name), seed=args.seed)
+
+
+def _convert_minari(args):
+    """make_dataset.py --from_minari / --to_minari: one conversion, no Gin config."""
+    if args.gin_file or args.gin_bindings:
+        raise UserError("--from_minari and --to_minari convert a dataset and take no "
+                        "--gin_file or --gin_bindings.")
+    if args.from_minari and args.to_minari:
+        raise UserError("Pass one of --from_minari and --to_minari, not both.")
+    if args.to_minari and not args.dataset_dir:
+        raise UserError("--to_minari needs --dataset_dir (the RLDS dataset to convert).")
+    from rlds_io import minari_io
+
+    if args.from_minari:
+        source = args.from_minari
+        name = (os.path.basename(os.path.normpath(source)) if os.path.isdir(source)
+                else source.strip('/').replace('/', '_'))
+        return minari_io.minari_to_rlds(source, args.output_dir or os.path.join('data', name))
+    return minari_io.rlds_to_minari(args.dataset_dir, args.to_minari, env_id=args.env_id)
 
 
 def evaluate_main(argv=None):
