@@ -11,7 +11,7 @@ TEST_WORKERS ?= 2
 DIST_GIN ?= configs/sac_pendulum_distributed.gin
 
 .PHONY: install train train-distributed test test-slow bench sweep tensorboard lint lock clean \
-	postgres postgres-stop
+	postgres postgres-stop slurm slurm-stop
 
 install: $(STAMP)
 
@@ -58,6 +58,18 @@ postgres:
 
 postgres-stop:
 	@scripts/postgres.sh stop $(PG_DIR)
+
+# A throwaway one-node Slurm cluster (munged, slurmctld, slurmd; state in $(SLURM_DIR)) for
+# `python -m app.slurm ...` (docs/cluster.md): export the SLURM_CONF line it prints. Installs
+# Debian's slurm-wlm and munge first if they are missing (needs root). `make slurm-stop` ends it.
+SLURM_DIR ?= /tmp/rl-training-slurm
+SLURM_CPUS ?= 16
+slurm:
+	@command -v slurmctld >/dev/null || [ -x /usr/sbin/slurmctld ] || scripts/slurm.sh install
+	@scripts/slurm.sh start $(SLURM_DIR) $(SLURM_CPUS)
+
+slurm-stop:
+	@scripts/slurm.sh stop $(SLURM_DIR)
 
 tensorboard: install
 	$(VENV)/bin/tensorboard --logdir runs
