@@ -3,7 +3,10 @@
 `Cluster` starts each role as its own `train.py --role=...` process (own
 session, own log under `<root_dir>/logs/`), restarts a crashed one, and stops
 them in order; `run_cluster` runs a whole cluster to its end. The launcher
-(`python -m app.launch`) and the tests use it.
+(`python -m app.launch`) and the tests use it. How a role's process is started
+and signalled is its `starter`'s business: `LocalStarter` (a child process of
+this one) by default; a Slurm job starts each role as an `srun` step instead
+(app/slurm_distributed.py), with the same supervision.
 """
 
 import json
@@ -28,18 +31,40 @@ def free_port():
         return probe.getsockname()[1]
 
 
+class LocalStarter:
+    """Starts a role as a child process of this one and signals it directly."""
+
+    def command(self, name, command):
+        """The argv that runs the role `name` whose own command line is `command`."""
+        del name
+        return command
+
+    def send(self, name, proc, signum):
+        """Sends `signum` to the role `name` (its process `proc`, still running)."""
+        del name
+        proc.send_signal(signum)
+
+
 class Cluster:
     """The role processes of one run: start, signal, restart, stop -- always bounded."""
 
-    def __init__(self, *, gin_files, gin_bindings=(), root_dir, port, seed=0, force=False,
-                 bind_all_interfaces=False, env=None, shards=1):
-        """`port` serves replay shard 0; shards 1..K-1 (`shards` = K) get free ports."""
+    def __init__(self, *, gin_files, gin_bindings=(), root_dir, port=None, seed=0, force=False,
+                 bind_all_interfaces=False, env=None, shards=1, shard_addresses=None,
+                 starter=None):
+        """`port` serves replay shard 0 on localhost; shards 1..K-1 (`shards` = K) get free
+        ports. `shard_addresses` (HOST:PORT per shard) replaces both where the roles run on
+        other hosts; `starter` starts and signals the role processes (`LocalStarter`)."""
         self.gin_args = [f'--gin_file={f}' for f in gin_files] + \
             [f'--gin_bindings={b}' for b in gin_bindings]
         self.root_dir = root_dir
         self.shards = shards
-        self.shard_addresses = [f'localhost:{port}'] + [f'localhost:{free_port()}'
-                                                         for _ in range(shards - 1)]
+        if shard_addresses is None:
+            shard_addresses = [f'localhost:{port}'] + [f'localhost:{free_port()}'
+                                                       for _ in range(shards - 1)]
+        elif len(shard_addresses) != shards:
+            raise ValueError(f'{len(shard_addresses)} shard addresses for {shards} shards')
+        self.shard_addresses = list(shard_addresses)
+        self.starter = starter or LocalStarter()
         # What every role gets as --replay_address: every shard, in order.
         self.address = ','.join(self.shard_addresses)
         self.seed = seed
@@ -91,7 +116,8 @@ class Cluster:
         with open(self.log_path(name), 'a') as log:
             log.write(f"=== {time.strftime('%Y-%m-%d %H:%M:%S')} starting {name} ===\n")
             log.flush()
-            proc = subprocess.Popen(self.command(role, collector_id, bindings), cwd=ROOT,
+            proc = subprocess.Popen(self.starter.command(name, self.command(role, collector_id,
+                                                                            bindings)), cwd=ROOT,
                                     env=self.env, stdin=subprocess.DEVNULL, stdout=log,
                                     stderr=subprocess.STDOUT, start_new_session=True)
         self.procs[name] = (proc, role, collector_id, tuple(bindings))
@@ -111,26 +137,31 @@ class Cluster:
             self.exited_at.setdefault(name, time.time())
         return code
 
-    def kill(self, name, signum=signal.SIGKILL):
+    def send_signal(self, name, signum):
+        """Sends `signum` to a running role (through its starter); nothing if it has exited."""
         proc = self.procs[name][0]
         if proc.poll() is None:
-            proc.send_signal(signum)
+            self.starter.send(name, proc, signum)
+
+    def kill(self, name, signum=signal.SIGKILL):
+        proc = self.procs[name][0]
+        self.send_signal(name, signum)
         if signum == signal.SIGKILL:
-            proc.wait(timeout=30)
+            _wait_or_kill(proc)
 
     def stop(self, names, grace_s=60.0):
         """SIGINT to `names` at once; SIGKILL to any still running after `grace_s`."""
         live = [name for name in names if self.alive(name)]
         for name in live:
-            self.procs[name][0].send_signal(signal.SIGINT)
+            self.send_signal(name, signal.SIGINT)
         deadline = time.monotonic() + grace_s
         for name in live:
             proc = self.procs[name][0]
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=30)
+                self.send_signal(name, signal.SIGKILL)
+                _wait_or_kill(proc)
             self.returncode(name)  # notes when it exited
 
     def stop_all(self, grace_s=60.0):
@@ -145,6 +176,16 @@ class Cluster:
                 return ''.join(log.readlines()[-lines:])
         except OSError:
             return ''
+
+
+def _wait_or_kill(proc, timeout_s=30):
+    """Waits for a process sent SIGKILL through its starter; kills it here if it lingers
+    (a starter may only ask another machine to kill the role)."""
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=timeout_s)
 
 
 def wait_for_server(address, *, timeout_s, deadline_s, alive):
@@ -223,7 +264,7 @@ def _on_second_interrupt(cluster):
         del signum, frame
         for name in cluster.procs:
             if cluster.alive(name):
-                cluster.procs[name][0].kill()
+                cluster.send_signal(name, signal.SIGKILL)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         try:
