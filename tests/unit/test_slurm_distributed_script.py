@@ -56,7 +56,7 @@ def test_the_script_asks_cores_per_role_and_runs_the_supervisor(tmp_path):
         assert part in command, (part, command)
     # The supervisor runs under save-then-requeue: USR1 -> SIGTERM to it, then a requeue.
     assert "trap 'requeue=1;" in text and 'USR1' in text
-    assert 'scontrol requeue "$SLURM_JOB_ID"' in text
+    assert 'scontrol requeue "${task:-$SLURM_JOB_ID}"' in text
     assert text.index('hosts=$(') < text.index(command)
 
 

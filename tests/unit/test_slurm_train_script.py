@@ -29,7 +29,7 @@ def test_the_script_asks_for_a_warning_requeues_and_passes_train_flags_on(tmp_pa
     assert shlex.split(command.rstrip(' &'))[1:] == [
         f'{ROOT}/train.py', f'--root_dir={tmp_path}/run', '--gin_file=configs/dqn_cartpole.gin',
         "--gin_bindings=make_env.env_id='CartPole-v1'"]  # quoted for bash, passed on intact
-    assert 'scontrol requeue "$SLURM_JOB_ID"' in script
+    assert 'scontrol requeue "${task:-$SLURM_JOB_ID}"' in script
     assert script in done.stdout  # --dry_run prints what it wrote
 
 
