@@ -15,6 +15,7 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCRIPT = os.path.join(ROOT, 'scripts', 'slurm.sh')
+LAST_LOGS = '/tmp/rl-slurm-last-logs'  # the last test cluster's daemon logs
 
 
 def _installed():
@@ -42,6 +43,9 @@ def slurm_cluster():
         yield state
     finally:
         subprocess.run([SCRIPT, 'stop', state], capture_output=True, timeout=180)
+        # The daemons' logs outlive the cluster, for a failure's post-mortem.
+        shutil.rmtree(LAST_LOGS, ignore_errors=True)
+        shutil.copytree(os.path.join(state, 'log'), LAST_LOGS, dirs_exist_ok=True)
         if previous is None:
             os.environ.pop('SLURM_CONF', None)
         else:
