@@ -52,10 +52,14 @@ def _check_gin_files(train_args):
             raise UserError(f'--gin_file={path}: no such file (paths are relative to {REPO}).')
 
 
+def _job_name(args):
+    return args.job_name or os.path.basename(os.path.abspath(args.root_dir).rstrip('/'))
+
+
 def train_script(args, train_args):
     """The batch script of one train.py run: (script path, its lines)."""
     root_dir = os.path.abspath(args.root_dir)
-    name = args.job_name or os.path.basename(root_dir.rstrip('/'))
+    name = _job_name(args)
     slurm_dir = os.path.join(root_dir, 'slurm')
     command = [sys.executable, os.path.join(REPO, 'train.py'), f'--root_dir={root_dir}',
                *train_args]
@@ -75,14 +79,11 @@ def train_main(argv):
         raise UserError('give --root_dir once.')
     _check_gin_files(train_args)
     path, lines = train_script(args, train_args)
-    return _write_and_submit(path, lines, args.dry_run)
-
-
-def _write_and_submit(path, lines, dry_run):
     slurm_jobs.write_script(path, lines)
-    if dry_run:
+    if args.dry_run:
         print('\n'.join(lines))
         return {'script': path}
+    slurm_jobs.refuse_if_queued(_job_name(args))
     job = slurm_jobs.submit(path)
     print(f'Submitted job {job}: {path}', flush=True)
     return {'job_id': job, 'script': path}

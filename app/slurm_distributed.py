@@ -285,16 +285,6 @@ def distributed_script(args, shards):
     return os.path.join(slurm_dir, SCRIPT_NAME), lines
 
 
-def _already_queued(job_name):
-    """Job ids of this user's queued or running jobs of that name ([] if squeue is missing)."""
-    try:
-        done = subprocess.run(['squeue', '-h', '--me', f'--name={job_name}', '-o', '%A'],
-                              capture_output=True, text=True, timeout=SLURM_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return sorted(set(done.stdout.split())) if done.returncode == 0 else []
-
-
 def main(argv):
     """Writes the job's script; submits it unless --dry_run. Returns a summary dict."""
     args = _parser().parse_args(argv)
@@ -315,10 +305,7 @@ def main(argv):
         print('\n'.join(lines), flush=True)
         return {'script': path}
     job_name = args.job_name or os.path.basename(os.path.abspath(args.root_dir).rstrip('/'))
-    queued = _already_queued(job_name)
-    if queued:
-        raise UserError(f'{job_name} is already queued or running as job {", ".join(queued)}: '
-                        f'wait for it (squeue --name={job_name}) or scancel it, then rerun.')
+    slurm_jobs.refuse_if_queued(job_name)
     job = slurm_jobs.submit(path)
     log = os.path.join(os.path.abspath(args.root_dir), 'slurm', f'distributed-{job}.out')
     print(f'Submitted job {job}: {path}\nlog: {log}\nroles\' logs: '

@@ -203,3 +203,18 @@ def submit(script_path, *extra_args):
     if not re.fullmatch(r'\d+', job):
         raise UserError(f'sbatch gave no job id for {script_path}: {done.stdout.strip()!r}')
     return job
+
+
+def refuse_if_queued(job_name):
+    """Refuses, in one line, a submission while this user's job of the same name is queued or
+    running: two jobs on one run directory would fight over it (a double submit). Where
+    squeue cannot answer, it lets the submission through; the run's own lock still holds."""
+    try:
+        done = subprocess.run(['squeue', '-h', '--me', f'--name={job_name}', '-o', '%A'],
+                              capture_output=True, text=True, timeout=SBATCH_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired):
+        return
+    queued = sorted(set(done.stdout.split())) if done.returncode == 0 else []
+    if queued:
+        raise UserError(f'{job_name} is already queued or running as job {", ".join(queued)}: '
+                        f'wait for it (squeue --name={job_name}) or scancel it, then rerun.')

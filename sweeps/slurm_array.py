@@ -58,7 +58,6 @@ the rest. It refuses to submit while a job of the same name is still queued or r
 import argparse
 import math
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -207,16 +206,6 @@ def _without_password(url):
     return f'{scheme}://{user}{":***" if ":" in credentials else ""}{at}{host}'
 
 
-def _already_queued(job_name):
-    """Job ids of this user's queued or running jobs of that name ([] if squeue is missing)."""
-    try:
-        done = subprocess.run(['squeue', '-h', '--me', f'--name={job_name}', '-o', '%A'],
-                              capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return sorted(set(done.stdout.split())) if done.returncode == 0 else []
-
-
 def main(argv):
     """Writes the array's script; submits it unless --dry_run. Returns a summary dict."""
     args, sweep_args = _parser().parse_known_args(argv)
@@ -229,10 +218,7 @@ def main(argv):
         print('\n'.join(lines), flush=True)
         return {'script': path}
     job_name = args.job_name or f'sweep-{spec.name}'
-    queued = _already_queued(job_name)
-    if queued:
-        raise UserError(f'{job_name} is already queued or running as job {", ".join(queued)}: '
-                        f'wait for it (squeue --name={job_name}) or scancel it, then rerun.')
+    slurm_jobs.refuse_if_queued(job_name)
     job = slurm_jobs.submit(path)
     log = os.path.join(os.path.abspath(args.root_dir), 'slurm', f'sweep-{job}_<task>.out')
     print(f'Submitted array job {job} ({args.array} task(s)): {path}\nlogs: {log}', flush=True)

@@ -6,18 +6,9 @@ TF-Agents' (one column per leaf, or no signature), so this is the drop-in path."
 import pytest
 
 from tests.tf_agents_suites import Suite, exclusion_share, parametrize, run_case
+from tests.unit.test_tf_agents_rlds_suite import _our_observer, _ours
 
 pytestmark = pytest.mark.reverb
-
-
-def _ours():
-    from buffers.tf_agents_reverb import ReverbReplayBuffer
-    return ReverbReplayBuffer
-
-
-def _our_observer():
-    from buffers.tf_agents_reverb import ReverbAddTrajectoryObserver
-    return ReverbAddTrajectoryObserver
 
 
 SUITE = Suite(
