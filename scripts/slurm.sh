@@ -78,7 +78,10 @@ SlurmctldPort=$(free_port)
 SlurmdPort=$(free_port)
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$state/munge.socket
+# A requeued job may start again once its old credential has expired: Slurm holds it back for
+# cred_expire (default 120 s). A test cluster needs no such margin; 10 s lets its requeue
+# tests run at the pace a user would see their job come back, without releasing jobs by hand.
+AuthInfo=socket=$state/munge.socket,cred_expire=10
 StateSaveLocation=$state/ctld
 SlurmdSpoolDir=$state/spool
 SlurmctldPidFile=$state/slurmctld.pid

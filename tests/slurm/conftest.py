@@ -1,5 +1,9 @@
 """A live one-node Slurm cluster for the tests in this folder (scripts/slurm.sh, `make slurm`).
 
+Its jobs come back from a requeue after ~10-30 s (cred_expire=10 and the scheduler's pass), so
+the tests wait for Slurm as a user would; releasing a requeued job early races the revocation
+of its old credential and Slurm then kills the restart ("Job credential revoked").
+
 Started once per test session in a temporary directory and stopped at its end. Where Slurm is
 not installed, it is installed from Debian's packages when this runs as root with apt-get;
 otherwise the tests skip with that reason. Every test here is slow (`make test-slow`).
@@ -71,13 +75,3 @@ def wait_for(predicate, timeout_s, what, poll_s=1.0):
             return value
         time.sleep(poll_s)
     raise AssertionError(f'timed out after {timeout_s} s waiting for {what}')
-
-
-def release_if_pending(job_id):
-    """A requeued job waits ~2 min before it is eligible again (Slurm's requeue delay); a test
-    makes it eligible now, as a cluster admin could. Returns True if it was pending."""
-    if job_field(job_id, 'JobState') != 'PENDING':
-        return False
-    subprocess.run(['scontrol', 'update', f'JobId={job_id}', 'StartTime=now'],
-                   capture_output=True, timeout=30)
-    return True

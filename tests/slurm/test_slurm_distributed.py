@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from tests.slurm.conftest import ROOT, job_field, release_if_pending, wait_for
+from tests.slurm.conftest import ROOT, job_field, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1500)]
 
@@ -129,8 +129,8 @@ def test_time_limit_warning_requeues_and_resumes_then_scancel_stops_every_role(
         assert all(stopped['exited_at'][f'replay_{i}'] >= learner_stop for i in range(2))
 
         # The requeued job resumes every role from its checkpoint.
-        wait_for(lambda: release_if_pending(job) or job_field(job, 'JobState') == 'RUNNING',
-                 240, 'the requeued job to start')
+        wait_for(lambda: job_field(job, 'JobState') == 'RUNNING', 240,
+                 'the requeued job to start')
         wait_for(lambda: _all_up(root, job, 2), 300, 'every role up again after the requeue')
         assert 'resumed from' in _role_log(root, 'learner'), _role_log(root, 'learner')
         for i in range(2):

@@ -134,16 +134,12 @@ def queued(array_job):
     return [line for line in done.stdout.splitlines() if line.strip()]
 
 
-def release(task):
-    """True once the requeued task runs again; while it waits, makes it eligible now (Slurm holds
-    a requeued job back ~2 min; 22.05's `scontrol update` takes StartTime=, not BeginTime=)."""
+def restarted(task):
+    """True once the requeued task runs again (Slurm starts it once its old credential has
+    expired: ~10-30 s on the test cluster)."""
     state = job_field(task, 'JobState')
-    if state == 'PENDING':
-        subprocess.run(['scontrol', 'update', f'JobId={task}', 'StartTime=now'],
-                       capture_output=True, timeout=30)
-        return False
-    restarted = int(job_field(task, 'Restarts') or 0) >= 1
-    return restarted and state in ('RUNNING', 'COMPLETING', 'COMPLETED')
+    return int(job_field(task, 'Restarts') or 0) >= 1 and state in (
+        'RUNNING', 'COMPLETING', 'COMPLETED')
 
 
 def slurm_logs(root_dir):
@@ -156,13 +152,13 @@ def slurm_logs(root_dir):
 
 def interrupt_mid_trial(sweep_dir, signal_task, task_id=None):
     """Waits for a trial mid-run, signals its task (signal_task(task id)), waits until the task
-    is pending again and releases it. Returns (trial dir, step saved before, the task)."""
+    runs again. Returns (trial dir, step saved before, the task)."""
     found = wait_for(lambda: a_trial_mid_run(sweep_dir, task_id), 400, 'a trial mid-run',
                      poll_s=0.5)
     trial_dir, records = found
     task = f"{records[-1]['array_job']}_{records[-1]['task']}"
     signal_task(task)
-    wait_for(lambda: release(task), 180, f'task {task} to be requeued and run again',
+    wait_for(lambda: restarted(task), 180, f'task {task} to be requeued and run again',
              poll_s=1.0)
     return trial_dir, records[-1]['step'], task
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from core import tags
-from tests.slurm.conftest import ROOT, job_field, release_if_pending, wait_for
+from tests.slurm.conftest import ROOT, job_field, wait_for
 from tests.smoke.test_train import TINY, read_scalars
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -37,7 +37,6 @@ def test_a_run_warned_before_its_time_limit_requeues_and_finishes_as_one_curve(
     job = submit(root_dir, '--time=2', '--warning_s=60', '--cpus_per_task=1')
 
     def finished():
-        release_if_pending(job)
         return job_field(job, 'JobState') in ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT')
 
     wait_for(finished, 1100, f'job {job} to finish', poll_s=2.0)
