@@ -11,6 +11,7 @@ import gin
 
 from core import seeds
 from envs.suite import make_env
+from experiment import takeaway
 from experiment.best_policy import BestPolicy
 from experiment.evaluation import Evaluator, play_episodes
 
@@ -44,6 +45,16 @@ class Judging:
                 root_dir, policy, train_step, unit=unit, say=say,
                 confirm=lambda: play_episodes(self._confirm_env, self.evaluator.act,
                                               seed=seeds.CONFIRMATION)[0])
+
+    def final_report(self, root_dir, episodes, say):
+        """The end-of-run report: the final (and kept best) policy on `episodes` seeded
+        episodes from seeds.REPORT, written to root_dir/evaluation.json; returns it."""
+        env = eval_env(episodes, seeds.REPORT)
+        try:
+            return takeaway.final_report(root_dir, env, self.evaluator.act, self.best, say,
+                                         explore=self.evaluator.explore)
+        finally:
+            env.close()
 
     def close(self):
         if self._confirm_env is not None:

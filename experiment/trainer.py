@@ -22,7 +22,7 @@ from core.export import export_policy, export_snapshot
 from core.gin_utils import unused_bindings
 from core.quiet import native_log_lines_hidden
 from experiment import takeaway
-from experiment.judging import Judging, eval_env
+from experiment.judging import Judging
 from experiment.loop import divergence_error, nonfinite
 from experiment.progress import Progress
 from experiment.summaries import SummaryWriter
@@ -228,13 +228,8 @@ class Trainer:
             return
         if self._config.final_eval_episodes:
             with self.writing(takeaway.EVALUATION_FILE, step):
-                env = eval_env(self._config.final_eval_episodes, seeds.REPORT)
-                try:
-                    self.evaluation = takeaway.final_report(
-                        self.root_dir, env, self._evaluator.act, self._best, self.say,
-                        explore=self._evaluator.explore)
-                finally:
-                    env.close()
+                self.evaluation = self._judging.final_report(
+                    self.root_dir, self._config.final_eval_episodes, self.say)
         if self._config.final_video:
             with self.writing('the final video', step):
                 self.videos.last_path = self._try_video(lambda: takeaway.final_video(

@@ -7,15 +7,18 @@ evaluator polls it, and each time it crosses a multiple of
 episodes with the greedy policy, exactly as the single-process run does, so
 "env steps to reach the target return" means the same in both modes.
 
-It ends after a final evaluation once the collectors are done and the
-learner has stopped changing the weights (it reached its budget, or pushed
-nothing new for three timeouts), or, with `run.stop_at_target_return`, at
-the first evaluation at or above `run.target_return`.
+It ends after a final evaluation once the collectors are done and the learner
+has stopped changing the weights (it reached its budget, or pushed nothing new
+for three timeouts), followed by the single-process run's end-of-run report on
+the final weights (`run.final_eval_episodes` seeded episodes, evaluation.json);
+or, with `run.stop_at_target_return`, at the first evaluation at or above
+`run.target_return`.
 """
 
 import time
 
 from core import rundir, seeds, tags
+from experiment import takeaway
 from experiment.distributed import common, config, tables, tier
 from experiment.distributed.waiting import Stopped, Watchdog, retry
 from experiment.judging import Judging, eval_env
@@ -41,6 +44,7 @@ class _Eval:
         self.store = tables.WeightStore(self.tier.weights_address, timeout_s=settings.timeout_s)
         self.whom = self.tier.describe()
         self.policy_step = None
+        self.report = None  # the end-of-run report's summary, once written
 
     def inserted(self):
         return retry(self.role,
@@ -71,7 +75,7 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
     start = time.monotonic()
     try:
         _loop(evaluation, role, settings, params, run_state, summaries, watchdog,
-              directory=directory, start=start, verbose=verbose)
+              directory=directory, root_dir=root_dir, start=start, verbose=verbose)
     except Stopped:
         pass
     finally:
@@ -92,11 +96,12 @@ def _metrics(run_state, evaluation, start):
             'steps_to_target': run_state.steps_to_target,
             'last_eval_env_step': run_state.last_eval_step,
             'policy_train_step': evaluation.policy_step,
+            'final_report': evaluation.report,
             'wall_time_s': time.monotonic() - start}
 
 
 def _loop(evaluation, role, settings, params, run_state, summaries, watchdog, *, directory,
-          start, verbose):
+          root_dir, start, verbose):
     budget = params.num_env_steps
     interval = params.eval_interval or budget  # 0: only the final evaluation
     target, max_steps = params.target_return, config.max_train_steps(params)
@@ -124,8 +129,19 @@ def _loop(evaluation, role, settings, params, run_state, summaries, watchdog, *,
                     role.log(f"reached the target return {target:g}: stopping")
                     return
                 if finished and learner_done:
+                    _final_report(evaluation, role, params, root_dir)
                     return
         role.sleep(_POLL_S)
+
+
+def _final_report(evaluation, role, params, root_dir):
+    """The single-process run's end-of-run report on the learner's final weights, written
+    where a single-process run writes it: root_dir/evaluation.json, beside policy_best/."""
+    if not params.final_eval_episodes:
+        return
+    role.log(f"final report: {params.final_eval_episodes} seeded episodes")
+    report = evaluation.judging.final_report(root_dir, params.final_eval_episodes, role.log)
+    evaluation.report = takeaway.report_metrics(report)
 
 
 def _evaluate(evaluation, run_state, summaries, env_step, target):

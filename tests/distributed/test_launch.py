@@ -76,6 +76,10 @@ def test_a_tiny_run_ends_by_itself_with_every_role_stopped(tmp_path):
     # The evaluator keeps the run's best policy, as a single process does.
     best = json.loads((tmp_path / 'run' / 'policy_best' / 'best.json').read_text())
     assert metrics['eval']['best_policy'] == best and best['env_step'] >= 200
+    # ...and ends with its end-of-run report on the final weights (tiny_run.gin: 4 episodes).
+    report = json.loads((tmp_path / 'run' / 'evaluation.json').read_text())
+    assert len(report['final']['returns']) == 4
+    assert metrics['eval']['final_report']['final']['mean'] == report['final']['mean']
 
 
 def test_ctrl_c_stops_every_role_and_the_learner_checkpoints(tmp_path):
