@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 
+from core import rundir
 from core.errors import UserError
 
 # The repository root: every role runs train.py from there.
@@ -255,6 +256,8 @@ def run_cluster(cluster, *, collectors, eval_role=True, settings, params, verbos
         'exit_codes': {name: cluster.returncode(name) for name in cluster.procs},
         'exited_at': dict(cluster.exited_at),
     }
+    # The whole run's numbers where a single-process run keeps its own: <root_dir>/metrics.json.
+    rundir.write_metrics(cluster.root_dir, metrics)
     return metrics
 
 

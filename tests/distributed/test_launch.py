@@ -67,6 +67,7 @@ def test_a_tiny_run_ends_by_itself_with_every_role_stopped(tmp_path):
     output = _finish(proc, 600)
     assert proc.returncode == 0, output[-3000:]
     metrics = _metrics(output)
+    assert json.loads((tmp_path / 'run' / 'metrics.json').read_text()) == metrics
     assert not metrics['interrupted'] and not metrics['restarts']
     assert set(metrics['exit_codes'].values()) == {0}, metrics['exit_codes']
     assert metrics['eval']['last_eval_env_step'] >= 400
