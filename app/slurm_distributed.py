@@ -17,17 +17,15 @@ the supervisor runs `experiment.distributed.cluster.run_cluster` -- the launcher
 (replay shards, wait until each answers, then learner, collectors, evaluator), its restarts of
 a crashed role (3 at most), its progress lines, its end (the evaluator's last evaluation) and
 its stop order (collectors, evaluator and learner, then the replay shards) -- with one thing
-swapped: `SrunStarter` starts each role as `srun --ntasks=1 --cpus-per-task=K --exact
---nodelist=HOST --job-name=ROLE train.py --role=...`, a step of this job, and signals a role
-with `scancel --signal=INT JOB.STEP`. Why steps of one ordinary job and not a heterogeneous
-job: one job id to watch, cancel and requeue; every role is a named step (`squeue -s`) with
-exactly its own cores (`--exact`), placed on the node chosen for it; steps are restartable one
-by one inside the allocation (a heterogeneous job still needs srun steps for that, and is
-refused or badly backfilled at some sites). Why the launcher's code rather than a bash
-supervisor: the ordering, the wait for the replay server and the restarts stay in one tested
-place. Why `scancel --signal` and not a signal to srun: srun turns SIGTERM into SIGKILL of its
-step ("forcing job termination") and answers one SIGINT with a status line only, so a role
-would never checkpoint; `scancel --signal=INT JOB.STEP` delivers SIGINT to the role itself.
+swapped: `SrunStarter` (app/slurm_steps.py) starts each role as `srun --ntasks=1
+--cpus-per-task=K --exact --nodelist=HOST --job-name=ROLE train.py --role=...`, a step of this
+job, and signals a role with `scancel --signal=INT JOB.STEP` (why not a signal to srun: see
+there). Why steps of one ordinary job and not a heterogeneous job: one job id to watch, cancel
+and requeue; every role is a named step (`squeue -s`) with exactly its own cores (`--exact`),
+placed on the node chosen for it; steps are restartable one by one inside the allocation (a
+heterogeneous job still needs srun steps for that, and is refused or badly backfilled at some
+sites). Why the launcher's code rather than a bash supervisor: the ordering, the wait for the
+replay server and the restarts stay in one tested place.
 
 Placement. `--nodes=N` (default 1) nodes, one node list from Slurm. Replay shard i runs on
 node i mod N, collector j on node j mod N (so every node that has collectors has a shard, and
@@ -67,10 +65,10 @@ import argparse
 import os
 import re
 import signal
-import subprocess
 import sys
 
 from app import slurm_jobs
+from app.slurm_steps import SrunStarter
 from core.errors import UserError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -78,9 +76,6 @@ ROLES_COMMAND = 'roles'
 SCRIPT_NAME = 'distributed.sbatch'
 DEFAULT_CPUS = {'learner': 2, 'collector': 1, 'replay': 1, 'eval': 1}
 PORT_BASE, PORT_SPAN, PORTS_PER_JOB = 20000, 1000, 16
-SLURM_TIMEOUT_S = 30
-# Job states in which Slurm itself is signalling (then killing) every step.
-_RUNNING = 'RUNNING'
 
 
 # ---- Placement -------------------------------------------------------------------------------
@@ -314,70 +309,6 @@ def main(argv):
 
 
 # ---- Inside the job: the supervisor ----------------------------------------------------------
-
-def _slurm(args, timeout_s=SLURM_TIMEOUT_S):
-    """Runs a Slurm command; its CompletedProcess, or None if it could not run in time."""
-    try:
-        return subprocess.run(args, capture_output=True, text=True, timeout=timeout_s)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-
-
-class SrunStarter:
-    """Starts each role as an srun step of this job on its node; signals it through Slurm."""
-
-    def __init__(self, job_id, hosts, roles, *, mem_per_cpu_mb=None, learner_gpus=0,
-                 say=print):
-        self.job_id = str(job_id)
-        self.where = {name: (hosts[node], cores) for name, _, _, node, cores in roles}
-        self.mem_per_cpu_mb = mem_per_cpu_mb
-        self.learner_gpus = learner_gpus
-        self.say = say
-        self._ending = False
-
-    def command(self, name, command):
-        host, cores = self.where[name]
-        srun = ['srun', '--ntasks=1', '--nodes=1', f'--nodelist={host}',
-                f'--cpus-per-task={cores}', '--exact', f'--job-name={name}']
-        if self.mem_per_cpu_mb:
-            srun.append(f'--mem-per-cpu={self.mem_per_cpu_mb}M')
-        if name == 'learner' and self.learner_gpus:
-            srun.append(f'--gpus={self.learner_gpus}')
-        self.say(f'[slurm] {name}: {slurm_jobs.quote(srun)} train.py '
-                 f'{slurm_jobs.quote(command[2:])}')
-        return srun + command
-
-    def job_ending(self):
-        """Whether Slurm is ending the job (scancel, time limit, preemption): it is then
-        signalling every step itself, and one more signal would end a role unsaved."""
-        if not self._ending:
-            done = _slurm(['squeue', '-h', '-j', self.job_id, '-o', '%T'])
-            state = done.stdout.strip() if done is not None and done.returncode == 0 else ''
-            self._ending = bool(state) and state != _RUNNING
-        return self._ending
-
-    def steps(self, name):
-        """This job's step ids (JOB.STEP) named `name`: the role's live step."""
-        done = _slurm(['squeue', '-h', '-s', '-j', self.job_id, '-o', '%i %j'])
-        if done is None or done.returncode != 0:
-            return []
-        return [fields[0] for fields in (line.split() for line in done.stdout.splitlines())
-                if len(fields) == 2 and fields[1] == name]
-
-    def send(self, name, proc, signum):
-        if self.job_ending():
-            return
-        steps = self.steps(name)
-        if not steps:  # srun is still waiting for its step's cores: nothing runs yet
-            proc.kill()
-            return
-        for step in steps:
-            done = _slurm(['scancel', f'--signal={signal.Signals(signum).name[3:]}', step])
-            if done is None or done.returncode != 0:
-                self.say(f'[slurm] scancel could not signal {name} (step {step}); '
-                         'signalling its srun')
-                proc.send_signal(signum)
-
 
 def _roles_parser():
     from app import cli

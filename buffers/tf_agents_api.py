@@ -28,8 +28,9 @@ from tf_agents.utils import nest_utils
 
 from buffers.prioritized import PrioritizedReplay
 from buffers.tf_agents_episodic import EpisodicReplayBuffer, StatefulEpisodicReplayBuffer
-from buffers.tf_agents_reverb import ReverbAddTrajectoryObserver, ReverbReplayBuffer
+from buffers.tf_agents_reverb import ReverbReplayBuffer
 from buffers.tf_agents_reverb import table as reverb_table
+from buffers.tf_agents_reverb_observer import ReverbAddTrajectoryObserver
 from buffers.uniform import UniformReplay
 
 __all__ = ['BufferInfo', 'EpisodicReplayBuffer', 'PrioritizedReplayBuffer',

@@ -6,7 +6,7 @@ them in order; `run_cluster` runs a whole cluster to its end. The launcher
 (`python -m app.launch`) and the tests use it. How a role's process is started
 and signalled is its `starter`'s business: `LocalStarter` (a child process of
 this one) by default; a Slurm job starts each role as an `srun` step instead
-(app/slurm_distributed.py), with the same supervision.
+(app/slurm_steps.py), with the same supervision.
 """
 
 import json

@@ -10,8 +10,9 @@ import types
 
 import pytest
 
-from app import slurm_distributed
-from app.slurm_distributed import SrunStarter, node_cores, placement
+from app import slurm_distributed, slurm_steps
+from app.slurm_distributed import node_cores, placement
+from app.slurm_steps import SrunStarter
 from core.errors import UserError
 
 CONFIG = 'configs/sac_pendulum_distributed.gin'
@@ -133,7 +134,7 @@ def _starter(monkeypatch, *, state='RUNNING', steps='7.0 replay_0\n7.1 learner\n
             out = ''
         return types.SimpleNamespace(returncode=0, stdout=out, stderr='')
 
-    monkeypatch.setattr(slurm_distributed, '_slurm', fake_slurm)
+    monkeypatch.setattr(slurm_steps, '_slurm', fake_slurm)
     roles = placement(nodes=2, shards=2, collectors=2, eval_role=True, cpus=CPUS)
     starter = SrunStarter(7, ['nodeA', 'nodeB'], roles, mem_per_cpu_mb=2048, learner_gpus=1,
                           say=lambda text: None)

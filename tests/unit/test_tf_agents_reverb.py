@@ -1,5 +1,6 @@
-"""buffers/tf_agents_reverb.py beyond TF-Agents' own suites: the packed table, RLDS pushed into it
-with TF-Agents' `push_rlds_to_reverb`, and items identical to TF-Agents' observer's."""
+"""buffers/tf_agents_reverb.py and tf_agents_reverb_observer.py beyond TF-Agents' own suites:
+the packed table, RLDS pushed into it with TF-Agents' `push_rlds_to_reverb`, and items
+identical to TF-Agents' observer's."""
 
 import numpy as np
 import pytest
@@ -10,7 +11,8 @@ from tf_agents.replay_buffers import reverb_replay_buffer, reverb_utils, rlds_to
 from tf_agents.specs import tensor_spec
 
 from buffers import tf_agents_reverb
-from buffers.tf_agents_reverb import ReverbAddTrajectoryObserver, ReverbReplayBuffer
+from buffers.tf_agents_reverb import ReverbReplayBuffer
+from buffers.tf_agents_reverb_observer import ReverbAddTrajectoryObserver
 
 pytestmark = pytest.mark.reverb
 

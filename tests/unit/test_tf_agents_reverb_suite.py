@@ -1,5 +1,5 @@
 """TF-Agents' own ReverbReplayBuffer tests, run against buffers.tf_agents_reverb's
-ReverbReplayBuffer with its ReverbAddTrajectoryObserver writing (the installed test file,
+ReverbReplayBuffer with our ReverbAddTrajectoryObserver writing (the installed test file,
 unmodified; see tests/tf_agents_suites.py). Every test builds our buffer; the tables are
 TF-Agents' (one column per leaf, or no signature), so this is the drop-in path."""
 

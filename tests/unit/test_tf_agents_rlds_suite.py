@@ -1,5 +1,6 @@
-"""TF-Agents' own rlds_to_reverb tests, run against buffers.tf_agents_reverb's ReverbReplayBuffer
-and ReverbAddTrajectoryObserver (the installed test file, unmodified; see
+"""TF-Agents' own rlds_to_reverb tests, run against our ReverbReplayBuffer
+(buffers/tf_agents_reverb.py) and ReverbAddTrajectoryObserver
+(buffers/tf_agents_reverb_observer.py) (the installed test file, unmodified; see
 tests/tf_agents_suites.py). The file builds TF-Agents' own table (one column per leaf), so this
 proves the drop-in path; tests/unit/test_tf_agents_reverb.py covers the packed table.
 
@@ -22,7 +23,7 @@ def _ours():
 
 
 def _our_observer():
-    from buffers.tf_agents_reverb import ReverbAddTrajectoryObserver
+    from buffers.tf_agents_reverb_observer import ReverbAddTrajectoryObserver
     return ReverbAddTrajectoryObserver
 
 
