@@ -2,6 +2,7 @@
 
 import json
 import os
+import pathlib
 import re
 import shutil
 import signal
@@ -159,14 +160,32 @@ def test_the_atari100k_table_reads_the_run(pixel_run, tmp_path):
     shutil.copytree(root_dir, raw, ignore=shutil.ignore_patterns('checkpoints', 'replay*'))
     with open(raw / 'config.gin', 'a') as f:
         f.write("\nFrameStackedReplay.codec = 'none'\n")
-    atari100k_results.main(['--runs', str(runs), '--docs', str(tmp_path / 'docs')])
+    # ... and as a distributed run lays it out (app.launch): the evaluator's directory holds
+    # the config and curve, the launcher's metrics.json at the root the report and wall time.
+    distributed = tmp_path / 'distributed' / 'pong_s3'
+    shutil.copytree(root_dir, distributed / 'eval',
+                    ignore=shutil.ignore_patterns('checkpoints', 'replay*', 'metrics.json'))
+    report = json.loads((pathlib.Path(root_dir) / 'metrics.json').read_text())['final_report']
+    (distributed / 'metrics.json').write_text(json.dumps(
+        {'collectors': 1, 'interrupted': False, 'wall_time_s': 4700.0,
+         'exited_at': {'learner': 1e9 + 4330.0, 'replay': 1e9 + 4700.0},
+         'learner': {'budget_reached_at': 1e9 + 4320.0},  # 72 min after the launcher's start
+         'replay': {'inserted': 412}, 'eval': {'final_report': report}}))
+    atari100k_results.main(['--runs', str(runs), '--runs', str(distributed.parent),
+                            '--docs', str(tmp_path / 'docs')])
     text = (tmp_path / 'docs' / 'atari100k_results.md').read_text()
-    # Finished, lz4 (lossless): each in its own head's mean over seeds.
-    assert re.search(r'^\| Pong \| plain \| 1 \| -?\d+\.\d \|', text, re.M)
-    assert re.search(r'^\| Pong \| dueling \| 1 \| -?\d+\.\d \|', text, re.M)
-    assert '| Pong | plain | 1 | lz4 | 400 |' in text
-    assert '| Pong | dueling | 2 | lz4 | 400 |' in text
-    assert '| Pong | plain | 1 | none | 400 |' in text
+    # Finished, lz4 (lossless): each in its own head's (and mode's) mean over seeds.
+    assert re.search(r'^\| Pong \| plain \| one process \| 1 \| -?\d+\.\d \|', text, re.M)
+    assert re.search(r'^\| Pong \| dueling \| one process \| 1 \| -?\d+\.\d \|', text, re.M)
+    assert re.search(r'^\| Pong \| plain \| distributed, 1 collector \| 1 \| -?\d+\.\d \|',
+                     text, re.M)
+    assert '| Pong | plain | one process | 1 | lz4 | 400 |' in text
+    assert '| Pong | dueling | one process | 2 | lz4 | 400 |' in text
+    assert '| Pong | plain | one process | 1 | none | 400 |' in text
+    final, best = report['final'], report.get('best')
+    best_text = f"{best['mean']:.1f}" if best else '—'
+    assert (f"| Pong | plain | distributed, 1 collector | 3 | lz4 | 400 | "
+            f"{final['mean']:.1f} ± {final['std']:.1f} | {best_text} | 72 min |") in text
     comparison = text.split('## Storage comparison')[1]
     assert '| game | Q head | seed | lz4 | none |' in comparison
     assert re.search(r'^\| Pong \| plain \| 1 \| -?[\d.]+ ± [\d.]+ \| -?[\d.]+ ± [\d.]+ \|$',
