@@ -89,7 +89,7 @@ def train_main(argv):
     return {'job_id': job, 'script': path}
 
 
-SUBCOMMANDS = {'train': 'app.slurm:train_main', 'sweep': 'app.slurm_sweep:main',
+SUBCOMMANDS = {'train': 'app.slurm:train_main', 'sweep': 'sweeps.slurm_array:main',
                'distributed': 'app.slurm_distributed:main'}
 
 

@@ -27,7 +27,7 @@ it needs a filesystem with working flock (NFS does; Lustre needs its `flock` mou
   and several nodes writing one study.db can corrupt it. One task (`--array=1`) may use SQLite
   (the default study.db in the sweep dir): there is one writer at a time. A `sampler_seed` is
   refused with several tasks, as every task would propose the same configurations.
-* A grid: each task runs `python -m app.slurm_sweep grid_task`, which plans the same trials as
+* A grid: each task runs `python -m sweeps.slurm_array grid_task`, which plans the same trials as
   sweep.py and then claims them one at a time: it skips finished trials and trials whose lock
   another task holds, runs the first free one (starting at its own index, so tasks do not race
   for the same first trial), and waits while the only unfinished trials are held elsewhere.
@@ -35,7 +35,7 @@ it needs a filesystem with working flock (NFS does; Lustre needs its `flock` mou
   order and wait on each other's locks, so the array would run one trial at a time. A lock is
   released when its process ends, so the trial of a task that was requeued, preempted or killed
   is free again and the next task to claim it resumes it from its checkpoint. (This module is
-  in sweeps/, as it plans sweeps; `app/slurm_sweep.py` is its entry, the `sweep` subcommand of
+  in sweeps/, as it plans sweeps, and is its own entry point: the `sweep` subcommand of
   `python -m app.slurm`.) A trial that
   crashed (train.py exited with an error) is tried at most once per task; rerun to retry it.
 
@@ -161,7 +161,7 @@ def task_command(spec, args, sweep_args):
         flags.append('--workers=1')
     flags += sweep_args
     if spec.grid is not None:
-        command = [sys.executable, '-m', 'app.slurm_sweep', GRID_TASK]
+        command = [sys.executable, '-m', 'sweeps.slurm_array', GRID_TASK]
         return (slurm_jobs.quote(command) + ' --task="${SLURM_ARRAY_TASK_ID}" '
                 + f'--tasks={args.array} ' + slurm_jobs.quote(flags))
     return slurm_jobs.quote([sys.executable, SWEEP_PY, *flags])
@@ -237,7 +237,7 @@ def grid_task_main(argv):
     from sweeps import cli as sweep_cli
     from sweeps import trial
 
-    own = argparse.ArgumentParser(prog=f'python -m app.slurm_sweep {GRID_TASK}')
+    own = argparse.ArgumentParser(prog=f'python -m sweeps.slurm_array {GRID_TASK}')
     own.add_argument('--task', type=int, default=int(os.environ.get('SLURM_ARRAY_TASK_ID', 0)))
     own.add_argument('--tasks', type=int, default=1)
     mine, rest = own.parse_known_args(argv)
@@ -338,7 +338,7 @@ def _unlocked(root_dir):
 
 
 def cli():
-    """`python -m app.slurm_sweep [grid_task] ...`: a grid task, else a submission."""
+    """`python -m sweeps.slurm_array [grid_task] ...`: a grid task, else a submission."""
     from app.cli import one_line
 
     argv = sys.argv[1:]
@@ -352,3 +352,5 @@ def cli():
         return 2
 
 
+if __name__ == '__main__':
+    sys.exit(cli())

@@ -22,8 +22,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 COMPONENTS = ('envs', 'agents', 'buffers', 'rlds_io', 'preprocessing')
 LAYER_OF_PACKAGE = {'core': 0, **{name: 1 for name in COMPONENTS}, 'experiment': 2,
                     'app': 3, 'sweeps': 4, 'bench': 5, 'reports': 5}
-ENTRY_POINTS = {'train', 'sweep', 'evaluate', 'make_dataset', 'app.launch', 'app.slurm',
-                'app.slurm_sweep'}
+ENTRY_POINTS = {'train', 'sweep', 'evaluate', 'make_dataset', 'app.launch', 'app.slurm'}
 ENTRY_LAYER = 5
 # experiment/, bottom up: (name, modules relative to experiment/).
 EXPERIMENT_LAYERS = [

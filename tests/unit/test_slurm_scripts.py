@@ -1,6 +1,6 @@
 """The batch scripts `python -m app.slurm ...` writes (--dry_run), and what it refuses.
 
-Sweeps (app/slurm_sweep.py, the work in sweeps/slurm_array.py): the tests named test_sweep_*.
+Sweeps (sweeps/slurm_array.py, entry and work): the tests named test_sweep_*.
 The live-cluster runs of these scripts are in tests/slurm/ (slow).
 """
 
@@ -89,7 +89,7 @@ def test_sweep_grid_script_runs_grid_tasks_and_keeps_the_users_workers(tmp_path,
     line = next(line for line in script.splitlines() if 'grid_task' in line)
     assert '--task="${SLURM_ARRAY_TASK_ID}"' in line  # bash expands it in each task
     assert shlex.split(line[:-2].replace('"${SLURM_ARRAY_TASK_ID}"', 'K')) == [
-        sys.executable, '-m', 'app.slurm_sweep', 'grid_task', '--task=K', '--tasks=2',
+        sys.executable, '-m', 'sweeps.slurm_array', 'grid_task', '--task=K', '--tasks=2',
         f'--sweep={tmp_path}/sweep.yaml', f'--root_dir={tmp_path}/runs',
         '--gin_file=configs/dqn_cartpole.gin', '--workers=2']  # the user's, not a second one
 
@@ -129,7 +129,7 @@ def test_sweep_bad_input_is_refused_in_one_line_and_writes_nothing(tmp_path, spe
                                                                     message):
     (tmp_path / 'sweep.yaml').write_text(spec_text)
     done = subprocess.run(
-        [sys.executable, '-m', 'app.slurm_sweep', f'--sweep={tmp_path / "sweep.yaml"}',
+        [sys.executable, '-m', 'sweeps.slurm_array', f'--sweep={tmp_path / "sweep.yaml"}',
          f'--root_dir={tmp_path / "runs"}', '--gin_file=configs/dqn_cartpole.gin', '--dry_run',
          *args], cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stdout
