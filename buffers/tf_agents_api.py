@@ -26,6 +26,7 @@ from tf_agents.replay_buffers.tf_uniform_replay_buffer import BufferInfo
 from tf_agents.specs import tensor_spec
 from tf_agents.utils import nest_utils
 
+from buffers.episode_sampling import seed_from_global_rng
 from buffers.prioritized import PrioritizedReplay
 from buffers.tf_agents_episodic import EpisodicReplayBuffer, StatefulEpisodicReplayBuffer
 from buffers.tf_agents_reverb import ReverbReplayBuffer
@@ -38,15 +39,6 @@ __all__ = ['BufferInfo', 'EpisodicReplayBuffer', 'PrioritizedReplayBuffer',
            'TrajectoryObserver', 'UniformReplayBuffer', 'reverb_table']
 
 _EMPTY = 'TFUniformReplayBuffer is empty. Make sure to add items before sampling the buffer.'
-
-
-def _seed_from_global_rng(seed):
-    """An explicit seed, or one drawn from TF's global RNG, so `tf.random.set_seed`
-    makes sampling repeatable exactly as it does for TF-Agents' classes."""
-    if seed is not None:
-        return int(seed)
-    with tf.init_scope():
-        return int(tf.random.uniform([], 0, 2**31 - 1, dtype=tf.int64).numpy())
 
 
 class _BackendReplayBuffer(replay_buffer.ReplayBuffer):
@@ -242,7 +234,7 @@ class UniformReplayBuffer(_BackendReplayBuffer):
     def __init__(self, data_spec, batch_size, max_length=1000, scope='TFUniformReplayBuffer',
                  device='cpu:*', table_fn=table.Table, dataset_drop_remainder=False,
                  dataset_window_shift=None, stateful_dataset=False, seed=None):
-        seed = _seed_from_global_rng(seed)
+        seed = seed_from_global_rng(seed)
         super().__init__(
             data_spec, batch_size, max_length,
             backend=lambda *args, **kwargs: UniformReplay(*args, seed=seed, **kwargs),
@@ -267,7 +259,7 @@ class PrioritizedReplayBuffer(_BackendReplayBuffer):
                  priority_epsilon=1e-6, scope='PrioritizedReplayBuffer', device='cpu:*',
                  table_fn=table.Table, dataset_drop_remainder=False, dataset_window_shift=None,
                  stateful_dataset=False, seed=None):
-        seed = _seed_from_global_rng(seed)
+        seed = seed_from_global_rng(seed)
         super().__init__(
             data_spec, batch_size, max_length,
             backend=lambda *args, **kwargs: PrioritizedReplay(
