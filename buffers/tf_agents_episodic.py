@@ -36,20 +36,20 @@ from buffers.episode_sampling import EpisodeSampling, positive_int
 __all__ = ['BufferInfo', 'EpisodicReplayBuffer', 'Episodes', 'StatefulEpisodicReplayBuffer']
 
 
-def _trajectory_flag(method, argument):
-    """TF-Agents' default `begin_episode_fn` (`method='is_first'`) or `end_episode_fn`
-    (`'is_last'`): the Trajectory's own flags, and TF-Agents' error for anything else."""
+def _trajectory_flag(read_flag, argument):
+    """TF-Agents' default `begin_episode_fn` (reading `is_first()`) or `end_episode_fn`
+    (`is_last()`): the Trajectory's own flags, and TF-Agents' error for anything else."""
     def flag(items):
         try:
-            return getattr(items, method)()
+            return read_flag(items)
         except AttributeError:
             raise TypeError('Argument t is not a Trajectory; did you forget to pass the proper '
                             f'{argument} to EpisodicReplayBuffer?  Saw: {items!r}') from None
     return flag
 
 
-_is_first = _trajectory_flag('is_first', 'begin_episode_fn')
-_is_last = _trajectory_flag('is_last', 'end_episode_fn')
+_is_first = _trajectory_flag(lambda items: items.is_first(), 'begin_episode_fn')
+_is_last = _trajectory_flag(lambda items: items.is_last(), 'end_episode_fn')
 
 
 class EpisodicReplayBuffer(EpisodeSampling, replay_buffer.ReplayBuffer):
