@@ -1,6 +1,8 @@
-"""Distributed against one process, end to end: SAC Pendulum and DQN CartPole, repeated.
+"""Distributed against one process, end to end: SAC Pendulum, DQN CartPole, DQN Pong, repeated.
 
-For each workload, on this machine's CPUs (every process may use all of them), four systems
+Two sections: `distributed` (SAC Pendulum, DQN CartPole) and `distributed_pong` (DQN Pong on
+LZ4 frames, whose runs take half an hour, so it can be re-measured on its own). For each
+workload, on this machine's CPUs (every process may use all of them), four systems
 at equal learning work: one process as configured, one process with
 `run.overlap_collection` (collection on a second thread and core), and the distributed
 launcher with 1 and 2 collectors, whose rate limiter holds the single-process replay ratio.
@@ -28,6 +30,12 @@ class Workload:
     budgets: tuple
     quick_budgets: tuple
     bar: float  # distributed with 1 collector / the best one process, at least
+    collectors: tuple = (1, 2)
+    repeats: int = REPEATS
+    extra: tuple = ()  # bindings of this workload's runs, all systems alike
+    # Also measured: 1 collector with the learner on this many TF threads (a second core's
+    # worth of intra-op parallelism for a convolutional step; `distributed.settings`).
+    learner_threads: tuple = ()
 
 
 WORKLOADS = [
@@ -36,16 +44,25 @@ WORKLOADS = [
     Workload('DQN CartPole', 'configs/dqn_cartpole.gin', 'configs/dqn_cartpole.gin',
              (10_000, 40_000), (3_000, 6_000), 0.8),
 ]
+# Pong: 20,000 random steps fill the replay first (the config's min_replay_history), so the
+# budgets both lie past them; 2 collectors are left out (the learner sets the pace already
+# with 1, docs/distributed.md) and two repeats keep the section under half an hour.
+PONG = [Workload('DQN Pong', 'configs/dqn_atari.gin', 'configs/dqn_atari.gin',
+                 (22_000, 34_000), (20_500, 21_500), 0.95, collectors=(1,), repeats=2,
+                 # the one final eval episode of the one-process runs, kept short
+                 extra=('eval/atari_env.max_episode_frames=400',), learner_threads=(2,))]
 ONE_PROCESS = ('one process', 'one process, overlap_collection')
 ONE_COLLECTOR = 'distributed, 1 collector'
 
 
-def distributed_command(config, collectors):
+def distributed_command(config, collectors, extra=(), learner_threads=None):
     def build(env_steps, root_dir):
         cmd = [timing.python(), '-m', 'app.launch', f'--gin_file={config}',
                f'--collectors={collectors}', '--no_eval', '--quiet', f'--root_dir={root_dir}',
                f'--gin_bindings=run.num_env_steps={env_steps}']
-        return cmd + [f'--gin_bindings={b}' for b in COMMON]
+        threads = [f'distributed.settings.learner_tf_threads={learner_threads}'] \
+            if learner_threads else []
+        return cmd + [f'--gin_bindings={b}' for b in COMMON + list(extra) + threads]
     return build
 
 
@@ -60,20 +77,24 @@ def parse_distributed(result, budget):
 
 def systems(workload):
     single = [harness.train_system(f'{workload.name}: {name}', workload.single_config,
-                                   ['run.export_final_policy=False'] + COMMON + extra,
-                                   cpus='all')
-              for name, extra in zip(ONE_PROCESS, ([], OVERLAP))]
+                                   ['run.export_final_policy=False'] + COMMON + mode +
+                                   list(workload.extra), cpus='all')
+              for name, mode in zip(ONE_PROCESS, ([], OVERLAP))]
+    variants = [(count, None) for count in workload.collectors] + \
+        [(1, threads) for threads in workload.learner_threads]
     return single + [harness.System(
-        f"{workload.name}: distributed, {count} collector{'s' * (count > 1)}",
-        distributed_command(workload.distributed_config, count), parse_distributed, cpus='all')
-        for count in (1, 2)]
+        f"{workload.name}: distributed, {count} collector{'s' * (count > 1)}" +
+        (f', learner_tf_threads={threads}' if threads else ''),
+        distributed_command(workload.distributed_config, count, workload.extra, threads),
+        parse_distributed, cpus='all')
+        for count, threads in variants]
 
 
 def measure(workload, opts):
     """[[Measured] per system, one per repeat]."""
     budgets = workload.quick_budgets if opts.quick else workload.budgets
     repeats = [harness.measure(systems(workload), budgets, opts, 'distributed-')
-               for _ in range(1 if opts.quick else REPEATS)]
+               for _ in range(1 if opts.quick else workload.repeats)]
     return [list(runs) for runs in zip(*repeats)]
 
 
@@ -89,14 +110,20 @@ def section(opts):
     return render([(workload, measure(workload, opts)) for workload in WORKLOADS], opts)
 
 
-def render(results, opts):
-    out = ['## Distributed against one process, end to end', '',
+def section_pong(opts):
+    return render([(workload, measure(workload, opts)) for workload in PONG], opts,
+                  title='## Distributed against one process, end to end: DQN Pong (LZ4 frames)')
+
+
+def render(results, opts, title='## Distributed against one process, end to end'):
+    repeats = sorted({1 if opts.quick else workload.repeats for workload, _ in results})
+    out = [title, '',
            'Every run may use all CPUs of this machine (distributed runs are several '
            'processes). No evaluation in the timed runs. **env steps/s = Δ env steps / Δ wall '
            'time** of two whole runs, so start-up and shutdown cancel out; the distributed '
            'runs hold the single-process replay ratio with the rate limiter (SAC Pendulum: 256 '
-           'samples per inserted transition; DQN CartPole: 32). '
-           f'Each system measured {1 if opts.quick else REPEATS} time(s), the systems taking '
+           'samples per inserted transition; DQN CartPole: 32; DQN Pong: 8). '
+           f'Each system measured {" or ".join(map(str, repeats))} time(s), the systems taking '
            'turns; the rate is the median, "range" the lowest and highest. The ratio is the '
            'median against the better one-process median; the bar is the issue\'s.', '']
     rows, flat, first = [], [], []
@@ -107,7 +134,7 @@ def render(results, opts):
         for runs, s in zip(per_system, stats):
             kind = runs[0].system.name.split(': ')[1]
             verdict = ''
-            if kind == ONE_COLLECTOR:
+            if kind.startswith(ONE_COLLECTOR):
                 verdict = ('PASS' if s['median'] / best >= workload.bar else 'FAIL') + \
                     f' (≥ {workload.bar:.2f}×)'
             spread = (s['high'] - s['low']) / 2 / s['median']

@@ -10,7 +10,8 @@ For each workload the replay role is filled once (as in bench/learner_alone.py),
 for each added delay (0 ms through the same proxy, so the proxy's own cost cancels):
 
 - **learner**: the real learner role, pinned to core 0, reading and pushing weights
-  through the proxy: its gradient steps/s after its first chunk;
+  through the proxy: its gradient steps/s after its first chunk, `ROUNDS` runs per delay
+  (the delays taking turns), the median and the range of them;
 - **collector inserts**: random-policy env steps written through the proxy by the
   collector's own backend, pinned to core 0: env steps/s including the env.
 
@@ -21,6 +22,7 @@ collector flushes every `flush_every` windows) should hide a few ms.
 import asyncio
 import os
 import shutil
+import statistics
 import subprocess
 import tempfile
 import time
@@ -29,9 +31,10 @@ from bench import learner_alone, timing
 
 WORKLOADS = [  # (name, config, transitions to fill, learner gradient steps)
     ('DQN CartPole', 'configs/dqn_cartpole.gin', 20_000, 12_000),
-    ('SAC Pendulum', 'configs/sac_pendulum.gin', 20_000, 2_000),
+    ('SAC Pendulum', 'configs/sac_pendulum.gin', 20_000, 4_000),
 ]
 DELAYS_MS = (0, 1, 5)
+ROUNDS = 3  # learner runs per delay, the delays taking turns; the median counts
 QUICK_SCALE = 0.2
 
 
@@ -142,26 +145,35 @@ def measure_workload(name, config, transitions, gradient_steps, opts):
         timing.child_result(f'{label} fill', timing.call_command(
             'bench.learner_alone.fill_server', config, bindings, f'localhost:{port}',
             transitions), opts.log_dir)
+        learners = {delay: [] for delay in DELAYS_MS}
+        # Rounds over the delays in turn: a drift of the machine touches every delay alike.
+        for round_ in range(1 if opts.quick else ROUNDS):
+            for delay in DELAYS_MS:
+                proxy, proxy_log, proxy_port = _start_proxy(port, delay, opts.log_dir)
+                address = f'localhost:{proxy_port}'
+                learner_root = os.path.join(root, f'delay_{delay}_{round_}')
+                try:
+                    learner_alone._wait_for(address, proxy)
+                    if round_ == 0:  # the collector's rate is steady: once per delay
+                        results[delay] = {'collector': timing.child_result(
+                            f'{label} collector {delay} ms', timing.pin_prefix('0') +
+                            timing.call_command('bench.latency.collector_rate', config,
+                                                bindings, address, transitions // 2),
+                            opts.log_dir)['rate']}
+                    timing.timed_run(f'{label} learner {delay} ms #{round_}',
+                                     timing.pin_prefix('0') + [
+                                         timing.python(), 'train.py', '--role=learn',
+                                         f'--root_dir={learner_root}',
+                                         f'--replay_address={address}',
+                                         *learner_alone._gin_args(config, bindings)],
+                                     log_dir=opts.log_dir)
+                    learners[delay].append(learner_alone._read_json(
+                        os.path.join(learner_root, 'learner', 'metrics.json'))[
+                            'train_steps_per_sec'])
+                finally:
+                    learner_alone.stop(proxy, proxy_log)
         for delay in DELAYS_MS:
-            proxy, proxy_log, proxy_port = _start_proxy(port, delay, opts.log_dir)
-            address = f'localhost:{proxy_port}'
-            learner_root = os.path.join(root, f'delay_{delay}')
-            try:
-                learner_alone._wait_for(address, proxy)
-                inserts = timing.child_result(
-                    f'{label} collector {delay} ms', timing.pin_prefix('0') +
-                    timing.call_command('bench.latency.collector_rate', config, bindings,
-                                        address, transitions // 2), opts.log_dir)
-                timing.timed_run(f'{label} learner {delay} ms', timing.pin_prefix('0') + [
-                    timing.python(), 'train.py', '--role=learn', f'--root_dir={learner_root}',
-                    f'--replay_address={address}',
-                    *learner_alone._gin_args(config, bindings)], log_dir=opts.log_dir)
-                learner = learner_alone._read_json(
-                    os.path.join(learner_root, 'learner', 'metrics.json'))
-            finally:
-                learner_alone.stop(proxy, proxy_log)
-            results[delay] = {'learner': learner['train_steps_per_sec'],
-                              'collector': inserts['rate']}
+            results[delay]['learner'] = learners[delay]
     finally:
         learner_alone.stop(server, server_log)
         shutil.rmtree(root, ignore_errors=True)
@@ -178,18 +190,24 @@ def render(rows, opts):
         [f'ratio at {DELAYS_MS[-1]} ms']
     table = []
     for name, results in rows:
-        for key, what in (('learner', 'learner, gradient steps/s'),
-                          ('collector', 'collector, env steps/s written')):
-            values = [results[d][key] for d in DELAYS_MS]
-            table.append([name, what] + [f'{v:,.0f}' for v in values] +
-                         [f'{values[-1] / values[0]:.2f}×'])
+        runs = [results[d]['learner'] for d in DELAYS_MS]
+        medians = [statistics.median(values) for values in runs]
+        table.append([name, 'learner, gradient steps/s (median)'] +
+                     [f'{m:,.0f}' for m in medians] + [f'{medians[-1] / medians[0]:.2f}×'])
+        table.append([name, 'learner, range of its runs'] +
+                     [f'{min(values):,.0f}–{max(values):,.0f}' for values in runs] + [''])
+        values = [results[d]['collector'] for d in DELAYS_MS]
+        table.append([name, 'collector, env steps/s written'] + [f'{v:,.0f}' for v in values]
+                     + [f'{values[-1] / values[0]:.2f}×'])
     return '\n'.join([
         '## Latency between machines: the learner and a collector behind an added delay', '',
         f'Written by `python -m bench.latency{" --quick" if opts.quick else ""}` (a `make '
         f'bench` section) on {timing.cpu_model()}; do not edit by hand. The kernel here has no '
         '`netem`, so a user-space TCP proxy adds the round trip (half each way); the 0 ms '
         'column goes through the same proxy. Learner and collector pinned to core 0, server and '
-        'proxy to core 1. Bar: the learner keeps ≥ 0.9× its 0 ms rate at 5 ms.', '',
+        f'proxy to core 1. The learner ran {1 if opts.quick else ROUNDS} time(s) per delay, the '
+        'delays taking turns; its ratio is of the medians. Bar: the learner keeps ≥ 0.9× its '
+        '0 ms rate at 5 ms.', '',
         timing.markdown_table(headers, table, 'll' + 'r' * (len(headers) - 2)), ''])
 
 

@@ -51,6 +51,7 @@ SECTIONS = [
     ('atari_replay', atari_replay.section),
     ('atari_speed', atari_speed.section),
     ('distributed', distributed.section),
+    ('distributed_pong', distributed.section_pong),
     ('learner_alone', learner_alone.section),
     ('latency', latency.section),
     ('scaling', scaling.section),

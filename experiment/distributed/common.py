@@ -63,7 +63,8 @@ def start_role(kind, root_dir, *, force, seed, collector_id=0, shard=0):
                          settings.replay_shards)
     role = Role(os.path.basename(directory), give_up_after_s=settings.give_up_after_s)
     role.lock = prepare_dir(directory, force=force)  # held for the role's lifetime
-    configure_tf(seed + collector_id + shard, params.tf_threads)
+    threads = settings.learner_tf_threads if kind == 'learn' else params.tf_threads
+    configure_tf(seed + collector_id + shard, threads)
     return params, settings, role, directory
 
 

@@ -40,6 +40,7 @@ class Settings:
     give_up_after_s: float
     flush_every: int
     replay_shards: int = 1
+    learner_tf_threads: int = 1
     # Sequence tables (recurrent agents): collectors are never held, see `for_agent`.
     inserts_unbounded: bool = False
 
@@ -61,7 +62,8 @@ def settings(samples_per_insert=None,
              timeout_s=10.0,
              give_up_after_s=600.0,
              flush_every=16,
-             replay_shards=1):
+             replay_shards=1,
+             learner_tf_threads=None):
     """The distributed run's own settings; None means derived from `run`'s bindings.
 
     Args:
@@ -92,6 +94,8 @@ def settings(samples_per_insert=None,
         "Sharded replay"): each holds 1/K of the capacity, collectors write to one shard
         each (kept balanced, local first) and the learner samples all of them as one
         buffer. 1: one server.
+      learner_tf_threads: TF intra/inter-op threads of the learner. None:
+        `run.tf_threads`.
 
     Returns:
       A `Settings`.
@@ -101,7 +105,8 @@ def settings(samples_per_insert=None,
     check('distributed.settings', locals(),
           positive=('weight_pull_interval', 'learner_checkpoint_interval', 'flush_every',
                     'replay_shards'),
-          optional_positive=('learner_steps_per_call', 'weight_push_interval'),
+          optional_positive=('learner_steps_per_call', 'weight_push_interval',
+                             'learner_tf_threads'),
           optional_numbers={'samples_per_insert': whole, 'error_buffer': whole,
                             'min_size_to_sample': whole},
           numbers={'server_checkpoint_interval_s': seconds, 'summary_interval_s': seconds,
@@ -127,7 +132,8 @@ def settings(samples_per_insert=None,
         timeout_s=float(timeout_s),
         give_up_after_s=float(give_up_after_s),
         flush_every=int(flush_every),
-        replay_shards=int(replay_shards))
+        replay_shards=int(replay_shards),
+        learner_tf_threads=int(learner_tf_threads or params.tf_threads))
 
 
 def run_params():

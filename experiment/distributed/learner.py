@@ -16,7 +16,8 @@ trace).
 The learner owns the training state: agent, optimizers and train step are
 checkpointed in `<root>/learner/checkpoints` every
 `learner_checkpoint_interval` steps and on SIGINT/SIGTERM; a restarted
-learner resumes there and pushes its weights before its first step. It
+learner resumes there and pushes its weights before its first step. Later pushes
+go out on a thread of their own (pusher.py), off the gradient loop. It
 stops after the single-process run's gradient-step budget, or when the
 collectors are done and no batch comes any more.
 """
@@ -34,6 +35,7 @@ from core.export import export_policy
 from core.schedules import linear_schedule
 from experiment.checkpointing import Checkpointer
 from experiment.distributed import common, config, tables, tier
+from experiment.distributed.pusher import BackgroundPusher
 from experiment.distributed.waiting import TRANSIENT, Stopped, Watchdog, one_line, retry
 from experiment.loop import Training, divergence_error, nonfinite
 from experiment.replay import Mode, num_steps_of
@@ -76,6 +78,7 @@ class _Learner:
         self.reported_live = None  # ...and those last reported live in the log
         self.sharded = None  # sharded replay: the `ShardedReplay` the backend samples through
         self.steady_from = None  # (time.monotonic(), train step) after the first chunk
+        self.pusher = None  # the BackgroundPusher, from the first push in the loop on
 
     def probe(self):
         return common.limiter_state(self.tier.counters())
@@ -85,10 +88,29 @@ class _Learner:
                      what='reading the replay table', whom=self.whom_server,
                      timeout_s=self.settings.timeout_s)
 
-    def push(self):
-        retry(self.role, lambda: self.store.push(self.agent.collect_policy.variables(),
-                                                 int(self.train_step.numpy())),
+    def _snapshot(self):
+        """The policy weights and train step now, copied (the next steps change them)."""
+        return ([v.numpy() for v in self.agent.collect_policy.variables()],
+                int(self.train_step.numpy()))
+
+    def _push_values(self, values, train_step):
+        retry(self.role, lambda: self.store.push(values, train_step),
               what='pushing weights', whom=self.whom_server, timeout_s=self.settings.timeout_s)
+
+    def push(self):
+        """Pushes the weights now, on this thread (before training and after the last step)."""
+        self._push_values(*self._snapshot())
+
+    def push_in_background(self):
+        """Hands a copy of the weights to the pusher thread (pusher.py), off the gradient loop."""
+        if self.pusher is None:
+            self.pusher = BackgroundPusher(self._push_values)
+        self.pusher.submit(*self._snapshot())
+
+    def stop_pushing(self):
+        """Drops a background push not yet started and waits for one under way."""
+        if self.pusher is not None:
+            self.pusher.close()
 
     def connect(self):
         """Opens the run's replay backend on the server (read-only) and traces the train chunk.
@@ -319,6 +341,7 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
     try:
         with watchdog.waiting('pushing the final weights', learner.whom_server), \
                 _timed(role, 'pushing the final weights'):
+            learner.stop_pushing()  # an older push must not land after the final one
             learner.push()
     except Stopped:  # asked to stop while the server is away: the checkpoint has it all
         pass
@@ -385,8 +408,7 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
                                    'restart the run')
         loss = diagnostics['loss']
         if step // settings.weight_push_interval > before // settings.weight_push_interval:
-            with watchdog.waiting('pushing weights', learner.whom_server):
-                learner.push()
+            learner.push_in_background()
         if step // settings.learner_checkpoint_interval > \
                 before // settings.learner_checkpoint_interval:
             learner.checkpointer.save(step)

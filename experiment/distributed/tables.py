@@ -56,9 +56,10 @@ class WeightStore:
     def server_info(self):
         return self._client.server_info(max(1, int(self._timeout_s)))
 
-    def push(self, policy_variables, train_step):
-        """Replaces the stored weights; raises DeadlineExceededError after `timeout_s`."""
-        values = {POLICY_KEY: [v.numpy() for v in policy_variables],
+    def push(self, policy_weights, train_step):
+        """Replaces the stored weights (variables or arrays); raises DeadlineExceededError
+        after `timeout_s`."""
+        values = {POLICY_KEY: [np.asarray(v) for v in policy_weights],
                   TRAIN_STEP_KEY: np.int64(train_step)}
         # Probe first: a writer opened against a dead server and closed with a failed
         # flush has crashed the process natively (malloc) in Reverb 0.14; the probe

@@ -48,10 +48,19 @@ def test_the_config_derives_the_single_process_replay_ratio(parse):
     ('distributed.settings.flush_every = 2.5', 'flush_every must be a positive whole number'),
     ('distributed.settings.give_up_after_s = 20', 'three tries'),
     ('distributed.settings.replay_shards = 0', 'replay_shards must be a positive whole number'),
+    ('distributed.settings.learner_tf_threads = 0',
+     'learner_tf_threads must be None or a whole number >= 1'),
 ])
 def test_settings_that_would_hang_are_refused(parse, binding, message):
     with pytest.raises(UserError, match=message):
         config.validate(*parse(binding))
+
+
+def test_the_learner_has_its_own_thread_count(parse):
+    settings, params = parse('run.tf_threads = 3')
+    assert settings.learner_tf_threads == 3  # unbound: the run's own
+    settings, params = parse('distributed.settings.learner_tf_threads = 2')
+    assert (settings.learner_tf_threads, params.tf_threads) == (2, 1)
 
 
 def test_shards_keep_the_ratio_over_the_whole_buffer(parse):

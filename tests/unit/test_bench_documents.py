@@ -100,3 +100,42 @@ def test_the_end_to_end_section_reports_medians_ranges_and_the_bar_against_the_b
     assert '| 136 |' in row and '0.91×' in row and 'FAIL (≥ 0.95×)' in row
     assert '125–143 (±7%)' in row
     assert text.count('# SAC Pendulum: one process\n') == 1  # each command shown once
+
+
+def test_the_pong_section_has_its_own_title_and_one_distributed_system():
+    from bench import distributed, timing
+
+    opts = timing.parse_options(timing.options_parser('x'), [])
+    workload = distributed.PONG[0]
+    systems = distributed.systems(workload)
+    assert [s.name for s in systems] == ['DQN Pong: one process',
+                                         'DQN Pong: one process, overlap_collection',
+                                         'DQN Pong: distributed, 1 collector',
+                                         'DQN Pong: distributed, 1 collector, '
+                                         'learner_tf_threads=2']
+    per_system = [[_measured(system, 10, 10 + s) for s in seconds]
+                  for system, seconds in zip(systems, ((40, 42), (30, 34), (31, 33), (50, 50)))]
+    text = distributed.render([(workload, per_system)], opts,
+                              title='## Distributed: DQN Pong')
+    assert text.startswith('## Distributed: DQN Pong\n') and 'measured 2 time(s)' in text
+    row = next(line for line in text.splitlines() if '| distributed, 1 collector |' in line)
+    # Median 3,000/32 = 94 against overlap's 3,000/32 = 94: 1.00x, at the 0.95x bar.
+    assert '| 94 |' in row and '1.00×' in row and 'PASS (≥ 0.95×)' in row
+    row = next(line for line in text.splitlines() if 'learner_tf_threads=2 |' in line)
+    assert '| 60 |' in row and '0.64×' in row and 'FAIL (≥ 0.95×)' in row
+    assert 'distributed.settings.learner_tf_threads=2' in text  # its command
+
+
+def test_the_latency_section_takes_the_median_of_the_learners_rounds():
+    from bench import latency, timing
+
+    opts = timing.parse_options(timing.options_parser('x'), [])
+    results = {0: {'learner': [100, 80, 120], 'collector': 4000},
+               1: {'learner': [90, 95, 200], 'collector': 3000},
+               5: {'learner': [99, 60, 90], 'collector': 1000}}
+    text = latency.render([('SAC Pendulum', results)], opts)
+    median_row, range_row, collector_row = [line for line in text.splitlines()
+                                            if line.startswith('| SAC Pendulum')]
+    assert '| 100 | 95 | 90 | 0.90× |' in median_row
+    assert '| 80–120 | 90–200 | 60–99 |' in range_row
+    assert '| 4,000 | 3,000 | 1,000 | 0.25× |' in collector_row
