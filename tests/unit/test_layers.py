@@ -34,7 +34,7 @@ EXPERIMENT_LAYERS = [
     ('the trainer', {'trainer'}),
     ('the kinds of run', {'online', 'offline'}),
     ('distributed plumbing', {'distributed.config', 'distributed.net', 'distributed.tables',
-                              'distributed.waiting'}),
+                              'distributed.waiting', 'distributed.pusher'}),
     ('distributed common', {'distributed.common', 'distributed.cluster'}),
     ('replay tier', {'distributed.tier'}),
     ('distributed roles', {'distributed.collector', 'distributed.learner',
