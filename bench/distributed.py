@@ -34,13 +34,13 @@ class Workload:
     repeats: int = REPEATS
     extra: tuple = ()  # bindings of this workload's runs, all systems alike
     # Also measured: 1 collector with the learner on this many TF threads (a second core's
-    # worth of intra-op parallelism for a convolutional step; `distributed.settings`).
+    # worth of intra-op parallelism for a convolutional or wide step; `distributed.settings`).
     learner_threads: tuple = ()
 
 
 WORKLOADS = [
     Workload('SAC Pendulum', 'configs/sac_pendulum.gin', 'configs/sac_pendulum_distributed.gin',
-             (3_000, 9_000), (1_500, 2_500), 0.95),
+             (3_000, 9_000), (1_500, 2_500), 0.95, learner_threads=(2,)),
     Workload('DQN CartPole', 'configs/dqn_cartpole.gin', 'configs/dqn_cartpole.gin',
              (10_000, 40_000), (3_000, 6_000), 0.8),
 ]

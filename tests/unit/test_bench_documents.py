@@ -91,7 +91,9 @@ def test_the_end_to_end_section_reports_medians_ranges_and_the_bar_against_the_b
     workload = distributed.WORKLOADS[0]
     systems = distributed.systems(workload)
     # 3,000 env steps more in the large run; seconds more per repeat give each system's rates.
-    extra_s = {0: (30, 31, 29), 1: (20, 20, 25), 2: (21, 22, 24), 3: (15, 16, 17)}
+    extra_s = {0: (30, 31, 29), 1: (20, 20, 25), 2: (21, 22, 24), 3: (15, 16, 17),
+               4: (19, 19, 19)}
+    assert systems[-1].name == 'SAC Pendulum: distributed, 1 collector, learner_tf_threads=2'
     per_system = [[_measured(system, 10, 10 + s) for s in extra_s[i]]
                   for i, system in enumerate(systems)]
     text = distributed.render([(workload, per_system)], opts)
@@ -99,6 +101,8 @@ def test_the_end_to_end_section_reports_medians_ranges_and_the_bar_against_the_b
     # Median 3,000/22 = 136 against the better one process, overlap: 3,000/20 = 150.
     assert '| 136 |' in row and '0.91×' in row and 'FAIL (≥ 0.95×)' in row
     assert '125–143 (±7%)' in row
+    row = next(line for line in text.splitlines() if 'learner_tf_threads=2 |' in line)
+    assert '| 158 |' in row and '1.05×' in row and 'PASS (≥ 0.95×)' in row
     assert text.count('# SAC Pendulum: one process\n') == 1  # each command shown once
 
 
