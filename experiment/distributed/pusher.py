@@ -28,7 +28,6 @@ class BackgroundPusher:
         self._busy = False
         self._error = None
         self._closed = False
-        self.pushed = 0  # pushes completed, for tests and logs
         self._thread = threading.Thread(target=self._run, daemon=True, name='weight-pusher')
         self._thread.start()
 
@@ -67,7 +66,6 @@ class BackgroundPusher:
                 self._busy = True
             try:
                 self._push(values, train_step)
-                self.pushed += 1
             except BaseException as error:  # noqa: BLE001  (raised on the learner's thread)
                 with self._changed:
                     self._error = error
