@@ -66,6 +66,30 @@ class ReverbUniformReplay(ReverbBackend):
     default_table_name = 'reverb_uniform_replay'
 
 
+class ReverbWindowQueue(ReverbBackend):
+    """A Reverb queue of windows: each window is sampled once, oldest first, then removed.
+
+    What collectors write to when the learner holds the replay
+    (`distributed.settings.learner_holds_replay`, buffers/windows.py): the same items and
+    columns as `ReverbUniformReplay`, so the collectors' writer is unchanged, but the table
+    only carries windows across to the learner, which keeps them. `capacity` is the queue's
+    length; the replay role gives the table a `Queue` rate limiter of that length, so that
+    collectors wait while it is full and the learner while it is empty.
+    """
+
+    default_table_name = 'reverb_window_queue'
+
+    def make_table(self, rate_limiter=None):
+        return reverb.Table(
+            name=self._table_name,
+            sampler=reverb.selectors.Fifo(),
+            remover=reverb.selectors.Fifo(),
+            max_size=self._max_items(),
+            max_times_sampled=1,
+            rate_limiter=rate_limiter or reverb.rate_limiters.Queue(self._max_items()),
+            signature=self._layout.signature)
+
+
 @gin.configurable
 class ReverbPrioritizedReplay(ReverbBackend):
     """Proportional prioritized replay (Schaul et al., 2016) on a Reverb table.

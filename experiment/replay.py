@@ -13,6 +13,11 @@ another. What differs between modes is only where the data lives:
 - SERVER: the same Reverb backend hosting the server; `Replay.hosted` is the table
   (single frames for pixels, as collectors write them).
 
+When the learner holds the replay (`distributed.settings.learner_holds_replay`), the
+server, collectors and learner share a `ReverbWindowQueue` instead, and the learner keeps
+what it takes from it in a `WindowStore` (`held_store`) that it samples as one process
+samples its backend.
+
 Decisions are taken from the backend class's declared `capabilities`
 (buffers/base.py) and the agent's `AgentSurface`, never by probing.
 """
@@ -25,13 +30,16 @@ from typing import Any, Optional
 from buffers.base import Capabilities
 from buffers.frames import FrameStackedReplay
 from buffers.mixing import MixedReplay
+from buffers.prioritized import PrioritizedReplay
 from buffers.reverb_replay import (
     ReverbPrioritizedReplay,
     ReverbPrioritizedSequenceReplay,
     ReverbSequenceReplay,
     ReverbUniformReplay,
+    ReverbWindowQueue,
 )
 from buffers.uniform import UniformReplay
+from buffers.windows import WindowStore
 from core.errors import UserError
 from rlds_io.files import Dataset
 from rlds_io.importing import load_dataset_into_backend
@@ -70,6 +78,8 @@ class ServerLink:
       flush_timeout_s: how long a collector's write may wait for the server (None: the
         writer's default, 60 s); a sharded run's collectors wait less, so that they move
         to another shard soon when theirs dies.
+      queue_length: the learner holds the replay: the server's table is a window queue
+        this long, which the learner drains (None: the server holds the replay).
     """
 
     timeout_s: float
@@ -78,6 +88,7 @@ class ServerLink:
     server: Any = None
     samples_in_flight: Optional[int] = None
     flush_timeout_s: Optional[float] = None
+    queue_length: Optional[int] = None
 
 
 @dataclasses.dataclass
@@ -180,6 +191,8 @@ def build_replay(mode, params, agent, *, num_envs, seed, root_dir=None, dataset=
     backend_class = backend_class_for(params.replay_backend, mode)
     check_pairing(agent, backend_class)
     num_steps = num_steps_of(agent)
+    if link is not None and link.queue_length:
+        return _window_queue(mode, params, agent, num_envs=num_envs, link=link)
     options = dict(frame_stack=params.frame_stack, batch_size=params.batch_size,
                    num_steps=num_steps, seed=seed)
     if agent.sequence_period:
@@ -209,6 +222,46 @@ def build_replay(mode, params, agent, *, num_envs, seed, root_dir=None, dataset=
         backend = _mixed_with_logged(backend, params, agent, env_specs, num_steps=num_steps,
                                      seed=seed)
     return Replay(backend, num_steps)
+
+
+def _check_held(params, agent):
+    """Refuses, in one line, what a learner-held replay does not keep."""
+    why = None
+    if params.frame_stack > 1:
+        why = ("it keeps whole windows, which for stacked frames would store every frame "
+               "eight times")
+    elif agent.sequence_period:
+        why = "recurrent agents train on sequences with their start states"
+    elif capabilities_of(params.replay_backend).episode_windows:
+        why = f"{params.replay_backend.__name__}'s windows stay inside episodes"
+    if why:
+        raise UserError(f"distributed.settings.learner_holds_replay cannot be used here: {why}. "
+                        "Set it to False (the replay server then holds the replay).")
+
+
+def _window_queue(mode, params, agent, *, num_envs, link):
+    """The window queue between collectors and a learner that holds the replay."""
+    _check_held(params, agent)
+    queue = _build(ReverbWindowQueue, agent.collect_data_spec, capacity=link.queue_length,
+                   num_envs=num_envs, batch_size=1, num_steps=num_steps_of(agent),
+                   **_server_options(mode, link))
+    return Replay(queue, num_steps_of(agent), hosted=queue if mode is Mode.SERVER else None)
+
+
+def held_store(params, agent, *, windows_per_add, seed):
+    """The learner's own replay when it holds it: `run.replay_backend`'s sampling (uniform,
+    or prioritized where it samples by priority) over whole windows (buffers/windows.py)."""
+    _check_held(params, agent)
+    capabilities = capabilities_of(params.replay_backend)
+    check_pairing(agent, params.replay_backend)
+    inner = PrioritizedReplay if capabilities.priorities else UniformReplay
+    try:
+        return WindowStore(inner, agent.collect_data_spec, capacity=params.replay_capacity,
+                           windows_per_add=windows_per_add, batch_size=params.batch_size,
+                           num_steps=num_steps_of(agent), seed=seed)
+    except UserError as error:
+        raise UserError(f"{error} (the learner's replay: capacity = run.replay_capacity, "
+                        f"{windows_per_add} windows taken in at a time)") from None
 
 
 def _check_sequence_mode(mode, params):

@@ -94,9 +94,12 @@ def remote_backend(mode, params, settings, agent, *, num_envs, address, seed):
     # With shards, a collector whose shard died moves to another once a write fails.
     flush_timeout = max(10.0, 3 * settings.timeout_s) \
         if mode is Mode.COLLECTOR and settings.replay_shards > 1 else None
+    if settings.learner_holds_replay and mode is Mode.LEARNER:
+        in_flight = config.windows_per_drain(settings, params)  # the next drain, ahead
     link = ServerLink(timeout_s=settings.timeout_s, address=address,
                       flush_every=settings.flush_every, samples_in_flight=in_flight,
-                      flush_timeout_s=flush_timeout)
+                      flush_timeout_s=flush_timeout,
+                      queue_length=settings.queue_length or None)
     return build_replay(mode, params, agent, num_envs=num_envs, seed=seed, link=link).backend
 
 

@@ -41,6 +41,9 @@ class Settings:
     flush_every: int
     replay_shards: int = 1
     learner_tf_threads: int = 1
+    learner_holds_replay: bool = False
+    # With learner_holds_replay: windows the replay server's queue holds (see `settings`).
+    queue_length: int = 0
     # Sequence tables (recurrent agents): collectors are never held, see `for_agent`.
     inserts_unbounded: bool = False
 
@@ -63,7 +66,8 @@ def settings(samples_per_insert=None,
              give_up_after_s=600.0,
              flush_every=16,
              replay_shards=1,
-             learner_tf_threads=None):
+             learner_tf_threads=None,
+             learner_holds_replay=False):
     """The distributed run's own settings; None means derived from `run`'s bindings.
 
     Args:
@@ -96,6 +100,13 @@ def settings(samples_per_insert=None,
         buffer. 1: one server.
       learner_tf_threads: TF intra/inter-op threads of the learner. None:
         `run.tf_threads`.
+      learner_holds_replay: the learner keeps the replay in its own memory and samples it
+        there, as one process does; the replay server is only a queue that carries each
+        window from the collectors to the learner once (docs/distributed.md, "Where the
+        replay lives"). The queue holds `error_buffer / samples_per_insert` windows (at
+        least one learner call's and two flushes' worth, at most `run.replay_capacity`):
+        collectors wait while it is full, and the learner takes in windows at the run's
+        ratio. Vector observations, one server, feed-forward agents only.
 
     Returns:
       A `Settings`.
@@ -107,6 +118,7 @@ def settings(samples_per_insert=None,
                     'replay_shards'),
           optional_positive=('learner_steps_per_call', 'weight_push_interval',
                              'learner_tf_threads'),
+          flags=('learner_holds_replay',),
           optional_numbers={'samples_per_insert': whole, 'error_buffer': whole,
                             'min_size_to_sample': whole},
           numbers={'server_checkpoint_interval_s': seconds, 'summary_interval_s': seconds,
@@ -118,7 +130,13 @@ def settings(samples_per_insert=None,
     steps_per_call = learner_steps_per_call or params.train_steps_per_iteration
     if error_buffer is None:
         error_buffer = max(2.0 * steps_per_call * batch_size, 2.0 * samples_per_insert)
+    queue_length = 0
+    if learner_holds_replay:
+        queue_length = min(params.replay_capacity, max(
+            math.ceil(error_buffer / samples_per_insert),
+            math.ceil(steps_per_call * batch_size / samples_per_insert), 2 * flush_every))
     return Settings(
+        learner_holds_replay=bool(learner_holds_replay), queue_length=int(queue_length),
         samples_per_insert=float(samples_per_insert),
         error_buffer=float(error_buffer),
         min_size_to_sample=int(min_size_to_sample if min_size_to_sample is not None
@@ -191,6 +209,11 @@ def validate(config, params):
                 f"run.replay_capacity={capacity} split over replay_shards={shards} leaves "
                 f"{capacity // shards} windows per shard, fewer than run.batch_size="
                 f"{params.batch_size}: raise the capacity or use fewer shards.")
+    if config.learner_holds_replay and shards > 1:
+        raise UserError(
+            f"distributed.settings.learner_holds_replay keeps the replay on the learner, so "
+            f"there is nothing to shard: set replay_shards=1 (it is {shards}), or let the "
+            "servers hold the replay (learner_holds_replay=False).")
     if config.give_up_after_s < 3 * config.timeout_s:
         raise UserError(
             f"distributed.settings.give_up_after_s={config.give_up_after_s:g} leaves fewer than "
@@ -229,8 +252,9 @@ def for_agent(config, agent):
 def rate_limiter(config):
     """The replay table's limiter (call after `validate`).
 
-    One server: Reverb's `SampleToInsertRatio` with the run's settings. Replay shards:
-    `MinSize` of each shard's share of `min_size_to_sample` only. A ratio per shard
+    One server: Reverb's `SampleToInsertRatio` with the run's settings. A learner that
+    holds the replay: a `Queue` of `queue_length` windows (the learner keeps the ratio).
+    Replay shards: `MinSize` of each shard's share of `min_size_to_sample` only. A ratio per shard
     deadlocks across shards -- collectors held on the shards the learner samples little
     while the learner waits on one no collector writes to -- so with shards the run's
     ratio is kept over the whole buffer by the learner and the collectors themselves
@@ -238,6 +262,8 @@ def rate_limiter(config):
     """
     import reverb
 
+    if config.learner_holds_replay:
+        return reverb.rate_limiters.Queue(config.queue_length)
     if config.replay_shards > 1:
         return reverb.rate_limiters.MinSize(config.shard_min_size())
     if config.inserts_unbounded:
@@ -268,3 +294,10 @@ def auto_collectors(cpus):
     `--collectors=N` from the scaling model's table.
     """
     return min(MAX_AUTO_COLLECTORS, max(1, cpus - 2))
+
+
+def windows_per_drain(config, params):
+    """A learner holding the replay takes windows from the queue this many at a time: one
+    learner call's samples' worth at the run's ratio (at least 1)."""
+    return max(1, math.ceil(config.learner_steps_per_call * params.batch_size
+                            / config.samples_per_insert))

@@ -24,7 +24,6 @@ collectors are done and no batch comes any more.
 
 import contextlib
 import os
-import threading
 import time
 
 import tensorflow as tf
@@ -35,6 +34,8 @@ from core.export import export_policy
 from core.schedules import linear_schedule
 from experiment.checkpointing import Checkpointer
 from experiment.distributed import common, config, tables, tier
+from experiment.distributed.held import HeldReplay
+from experiment.distributed.learner_shards import SHARD_REFRESH_TIMEOUT_S, ShardedSampling
 from experiment.distributed.pusher import BackgroundPusher
 from experiment.distributed.waiting import TRANSIENT, Stopped, Watchdog, one_line, retry
 from experiment.loop import Training, divergence_error, nonfinite
@@ -42,14 +43,9 @@ from experiment.replay import Mode, num_steps_of
 
 # Batch iterators a stopped learner leaves open (see `_Learner.disconnect`).
 _LEFT_OPEN = []
-# Sharded replay: how often the shards' weights are refreshed, and how long a shard may take
-# to answer before it counts as down.
-SHARD_REFRESH_S = 2.0
-SHARD_REFRESH_TIMEOUT_S = 1.0
-RATIO_POLL_S = 0.05  # how often a learner held by the ratio reads the shards' counters
 
 
-class _Learner:
+class _Learner(ShardedSampling):
     """The agent, its checkpoint, the weight store and the replay backend it samples."""
 
     def __init__(self, role, settings, params, *, address, directory, seed):
@@ -58,8 +54,12 @@ class _Learner:
         self.agent, self.train_step, tf_env = common.build_agent(params, seed=seed)
         settings = self.settings = config.for_agent(settings, self.agent)
         self.num_envs = tf_env.batch_size
+        # The replay in this process (held.py), or None: the server holds it.
+        self.held = HeldReplay(settings, params, self.agent, seed=seed) \
+            if settings.learner_holds_replay else None
+        held_items = {'held_replay': self.held.checkpoint_items()} if self.held else {}
         self.checkpointer = Checkpointer(os.path.join(directory, 'checkpoints'),
-                                         **self.agent.checkpoint_items(),
+                                         **self.agent.checkpoint_items(), **held_items,
                                          train_step=self.train_step)
         self.tier = tier.ReplayTier(tier.parse_addresses(address, settings.replay_shards),
                                     timeout_s=settings.timeout_s, settings=settings)
@@ -143,6 +143,15 @@ class _Learner:
 
         self.backend = retry(self.role, open_backend, what='opening the replay table',
                              whom=self.whom_server, timeout_s=self.settings.timeout_s)
+        if self.held:  # the single-process chunk, sampling the store in this process
+            self.training = Training(
+                agent=self.agent, backend=self.held.store, batch_size=self.params.batch_size,
+                num_steps=num_steps_of(self.agent),
+                train_steps=self.settings.learner_steps_per_call, use_xla=self.params.use_xla,
+                importance_beta=self.importance_beta, sample_ahead=self.params.sample_ahead)
+            self.reopen()
+            self.training.compiled_train.get_concrete_function()
+            return
         self.training = Training(agent=self.agent, backend=self.backend,
                                  batch_size=self.params.batch_size,
                                  num_steps=num_steps_of(self.agent),
@@ -157,6 +166,13 @@ class _Learner:
         `abandon`: the old iterator may be waiting on a dead shard, so it is left open
         (dropping it would wait as long).
         """
+        if self.held:
+            _LEFT_OPEN.append(self.held.drop())  # closing it could wait: left open
+            retry(self.role, lambda: self.held.open(self.backend),
+                  what='opening the window queue', whom=self.whom_server,
+                  timeout_s=self.settings.timeout_s)
+            return
+
         def make():
             dataset = self.backend.as_dataset(self.params.batch_size,
                                               num_steps_of(self.agent))
@@ -170,98 +186,14 @@ class _Learner:
             self.sampled_shards = self.live_shards()
             self._report_shards(self.sampled_shards)
 
-    def _report_shards(self, live):
-        """Logs each shard that went down or came back since the last report."""
-        before = self.reported_live if self.reported_live is not None else \
-            set(range(self.tier.num_shards))
-        for shard in sorted(before - live):
-            self.role.log(f"replay shard {shard} at {self.tier.addresses[shard]} does not "
-                          "answer; sampling the other shards until it is back")
-        for shard in sorted(live - before):
-            self.role.log(f"replay shard {shard} at {self.tier.addresses[shard]} answers "
-                          "again; sampling it again")
-        self.reported_live = live
-
-    def live_shards(self):
-        down = set(self.sharded.down_shards())
-        return {shard for shard in range(self.tier.num_shards) if shard not in down}
-
-    def wait_for_ratio(self, watchdog):
-        """Sharded replay: waits until the whole buffer's ratio allows the next call's samples.
-
-        Polls the shards' counters only when the allowance from the last reading is used up.
-        It reads the samples the shards served, as the collectors do, not the samples it
-        used: a shard restored from its checkpoint forgets samples it served after it, and
-        the two sides must count alike never to wait on each other.
-        """
-        need = self.settings.learner_steps_per_call * self.params.batch_size
-        if self.gate is None:
-            return
-        if self.allowance < need:  # the last reading may not cover this call: read again
-            with watchdog.waiting('waiting for inserts (samples-per-insert ratio over all '
-                                  'shards)', 'the collectors', self.probe):
-                while True:
-                    counters = self.counters()
-                    self.allowance = self.gate.samples_allowed(counters['inserted'],
-                                                               counters['sampled'])
-                    if self.allowance >= 0:
-                        break
-                    self.role.sleep(RATIO_POLL_S)
-        self.allowance -= need
-
     def train(self):
+        if self.held:
+            self.held.ready_for_call()
+            return self.training.train()
         if self.tier.num_shards == 1:
             return self.training.train_stacked(self.batches.get_next())
         return self.training.train_stacked(self._next_sharded_batch())
 
-    def _next_sharded_batch(self):
-        """The next stacked batch, waited for on a helper thread.
-
-        Reverb keeps retrying a stream to a server that died, so a dataset drawing from
-        a killed shard would wait until the shard is back. While the batch does not come,
-        the shards are checked every `SHARD_REFRESH_S`; when one the dataset samples is
-        down, that dataset is left (its thread with it) and a new one over the live
-        shards takes its place.
-        """
-        while True:
-            batches, box, done = self.batches, {}, threading.Event()
-
-            def fetch():
-                try:
-                    box['value'] = batches.get_next()
-                except Exception as error:  # noqa: BLE001  (re-raised on the caller's thread)
-                    box['error'] = error
-                done.set()
-
-            threading.Thread(target=fetch, daemon=True, name='sharded-batch').start()
-            while not done.wait(SHARD_REFRESH_S):
-                if self.role.stop.is_set():
-                    raise Stopped()
-                if self.refresh_shards(force=True):
-                    break  # reopened: fetch from the new dataset
-            else:
-                if 'error' in box:
-                    raise box['error']
-                return box['value']
-
-    def refresh_shards(self, force=False):
-        """Sharded replay: re-weights the shards by their sizes and readiness (every
-        `SHARD_REFRESH_S`, or now with `force`), says when one goes down or comes back,
-        and reopens the dataset when the live shards are no longer the ones it samples.
-
-        Returns whether it reopened the dataset.
-        """
-        now = time.monotonic()
-        if self.tier.num_shards == 1 or self.backend is None or \
-                (now < self.next_refresh and not force):
-            return False
-        self.next_refresh = now + SHARD_REFRESH_S
-        self.sharded.refresh()
-        after = self.live_shards()
-        if after != self.sampled_shards:
-            self.reopen(abandon=True)
-            return True
-        return False
 
     def disconnect(self):
         """Closes the backend; the open batch iterator is left open until the process ends.
@@ -275,6 +207,8 @@ class _Learner:
         if self.batches is not None:
             _LEFT_OPEN.append(self.batches)
         self.batches = None
+        if self.held:
+            _LEFT_OPEN.append(self.held.drop())
         if self.backend is not None:
             _close_quietly(self.backend)
         self.backend = self.training = None
@@ -282,10 +216,32 @@ class _Learner:
     def wait_for_data(self, watchdog):
         """Blocks (bounded, stoppable) until the table holds enough windows to sample."""
         wanted = self.settings.min_size_to_sample
+        if self.held:  # the queue never holds them all: `fill` takes them in after `connect`
+            return
         with watchdog.waiting(f'waiting for {wanted:,} windows in the table',
                               f'the collectors or {self.whom_server}', self.probe):
             while self.counters()['size'] < wanted:
                 self.role.sleep(min(self.settings.timeout_s, 1.0))
+
+
+    def fill(self, watchdog):
+        """Held replay: takes windows from the queue until the store holds the run's minimum
+        (at once when restored from a checkpoint that holds it)."""
+        if not self.held:
+            return
+        wanted = self.settings.min_size_to_sample
+        with watchdog.waiting(f'waiting for {wanted:,} windows from the collectors',
+                              f'the collectors or {self.whom_server}', self.probe):
+            while not self.role.stop.is_set():
+                try:
+                    if self.held.fill_step():
+                        return
+                except TRANSIENT as error:
+                    if not _no_sample(error):
+                        self.role.log(f"taking windows failed ({one_line(error)}); reopening "
+                                      "the window queue")
+                        self.role.sleep(min(self.settings.timeout_s, 2.0))
+                    self.reopen()
 
 
 @contextlib.contextmanager
@@ -374,6 +330,7 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
     traced = time.monotonic()
     learner.connect()
     role.log(f"traced the train function in {time.monotonic() - traced:.1f} s")
+    learner.fill(watchdog)
     step = int(learner.train_step.numpy())
     next_summary = time.monotonic() + settings.summary_interval_s
     while step < budget and not role.stop.is_set():
@@ -416,6 +373,8 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
             with watchdog.waiting('reading the replay table', learner.whom_server):
                 counters = learner.counters()
             scalars, totals = {}, {}
+            if learner.held:
+                scalars['replay/learner_size'] = learner.held.size()
             if learner.tier.num_shards > 1:
                 # The whole buffer (each shard's own is in its replay_<i> run), and how long
                 # each shard took to answer the learner's last check (a round trip).

@@ -62,7 +62,8 @@ def main(root_dir, *, address, shard=0, bind_all_interfaces=False, seed=0, force
         server = ReplayServer(checkpoint_dir=checkpoint_dir, port=port,
                               rate_limiter=config.rate_limiter(settings),
                               extra_tables=weights, initial_checkpoint=checkpoint)
-        link = ServerLink(timeout_s=settings.timeout_s, server=server)
+        link = ServerLink(timeout_s=settings.timeout_s, server=server,
+                          queue_length=settings.queue_length or None)
         return server, build_replay(Mode.SERVER, shard_params, agent,
                                     num_envs=tf_env.batch_size, seed=seed, link=link).hosted
 
@@ -85,7 +86,10 @@ def main(root_dir, *, address, shard=0, bind_all_interfaces=False, seed=0, force
         role.log(f"restored {restoring}: {counters['size']:,} windows, "
                  f"{counters['inserted']:,} inserted, {counters['sampled']:,} sampled")
     where = 'every interface' if bind_all_interfaces else 'loopback only (private namespace)'
-    if settings.replay_shards > 1:
+    if settings.learner_holds_replay:
+        role.log(f"serving {backend_class.__name__} on port {port} ({where}): a queue of "
+                 f"{settings.queue_length:,} windows to the learner, which holds the replay")
+    elif settings.replay_shards > 1:
         role.log(f"serving {backend_class.__name__} on port {port} (shard {shard} of "
                  f"{settings.replay_shards}, {where}); min_size_to_sample="
                  f"{settings.shard_min_size():,} (the ratio is kept over all shards by the "

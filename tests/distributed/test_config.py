@@ -63,6 +63,23 @@ def test_the_learner_has_its_own_thread_count(parse):
     assert (settings.learner_tf_threads, params.tf_threads) == (2, 1)
 
 
+def test_a_learner_holding_the_replay_gets_a_queue_sized_by_the_error_buffer(parse):
+    settings, params = parse('distributed.settings.learner_holds_replay = True')
+    config.validate(settings, params)
+    # sac_pendulum_distributed.gin: error_buffer 32,768 / 256 samples per window = 128 windows.
+    assert settings.queue_length == 128
+    assert config.windows_per_drain(settings, params) == 64  # 64 steps x 256 / 256
+    limiter = config.rate_limiter(settings)
+    assert 'Queue' in type(limiter).__name__
+    # The server holds the replay unless asked: no queue.
+    settings, _ = parse()
+    assert not settings.learner_holds_replay and settings.queue_length == 0
+    settings, params = parse('distributed.settings.learner_holds_replay = True',
+                             'distributed.settings.replay_shards = 2')
+    with pytest.raises(UserError, match='nothing to shard: set replay_shards=1'):
+        config.validate(settings, params)
+
+
 def test_shards_keep_the_ratio_over_the_whole_buffer(parse):
     settings, params = parse('distributed.settings.replay_shards = 4')
     config.validate(settings, params)

@@ -36,7 +36,7 @@ EXPERIMENT_LAYERS = [
     ('distributed plumbing', {'distributed.config', 'distributed.net', 'distributed.tables',
                               'distributed.waiting', 'distributed.pusher'}),
     ('distributed common', {'distributed.common', 'distributed.cluster'}),
-    ('replay tier', {'distributed.tier'}),
+    ('replay tier', {'distributed.tier', 'distributed.held', 'distributed.learner_shards'}),
     ('distributed roles', {'distributed.collector', 'distributed.learner',
                            'distributed.evaluator', 'distributed.replay'}),
     ('role dispatch', {'distributed.roles'}),
