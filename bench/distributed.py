@@ -2,10 +2,12 @@
 
 Two sections: `distributed` (SAC Pendulum, DQN CartPole) and `distributed_pong` (DQN Pong on
 LZ4 frames, whose runs take half an hour, so it can be re-measured on its own). For each
-workload, on this machine's CPUs (every process may use all of them), four systems
-at equal learning work: one process as configured, one process with
-`run.overlap_collection` (collection on a second thread and core), and the distributed
-launcher with 1 and 2 collectors, whose rate limiter holds the single-process replay ratio.
+workload, on this machine's CPUs (every process may use all of them), systems at
+equal learning work: one process as configured, one process with `run.overlap_collection`
+(collection on a second thread and core), and the distributed launcher with 1 collector in
+the workload's variants (`Variant`: the replay on the server, whose rate limiter holds the
+single-process replay ratio, or held by the learner, which keeps that ratio itself; the
+learner on 1 or 2 TF threads).
 Each system runs the two-budget method (bench/harness.py) `REPEATS` times, the systems taking
 turns within each repeat so that a drift of the machine touches all of them alike; a rate is
 the median of its repeats, the spread the range of them. The ratio is against the better of
@@ -14,12 +16,34 @@ the two one-process systems ("the best single-process configuration").
 
 import dataclasses
 import statistics
+from typing import Optional
 
 from bench import harness, timing
 
 COMMON = harness.NO_EXTRA_WORK + ['run.checkpoint_interval=1000000']
 OVERLAP = ['run.overlap_collection=True', 'run.tf_threads=2']
 REPEATS = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class Variant:
+    """One distributed system: its collectors, the learner's TF threads (None: the run's)
+    and whether the learner holds the replay (`distributed.settings`)."""
+
+    collectors: int = 1
+    learner_threads: Optional[int] = None
+    holds_replay: bool = False
+
+    def label(self):
+        return (f"distributed, {self.collectors} collector{'s' * (self.collectors > 1)}" +
+                (', learner holds the replay' if self.holds_replay else '') +
+                (f', learner_tf_threads={self.learner_threads}' if self.learner_threads
+                 else ''))
+
+    def bindings(self):
+        return ([f'distributed.settings.learner_tf_threads={self.learner_threads}']
+                if self.learner_threads else []) + \
+            (['distributed.settings.learner_holds_replay=True'] if self.holds_replay else [])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -30,39 +54,39 @@ class Workload:
     budgets: tuple
     quick_budgets: tuple
     bar: float  # distributed with 1 collector / the best one process, at least
-    collectors: tuple = (1, 2)
+    # The distributed systems: a second TF thread gives the learner a second core's worth
+    # of intra-op parallelism for a convolutional or wide step.
+    variants: tuple = (Variant(), Variant(holds_replay=True),
+                       Variant(holds_replay=True, learner_threads=2))
     repeats: int = REPEATS
     extra: tuple = ()  # bindings of this workload's runs, all systems alike
-    # Also measured: 1 collector with the learner on this many TF threads (a second core's
-    # worth of intra-op parallelism for a convolutional or wide step; `distributed.settings`).
-    learner_threads: tuple = ()
 
 
 WORKLOADS = [
     Workload('SAC Pendulum', 'configs/sac_pendulum.gin', 'configs/sac_pendulum_distributed.gin',
-             (3_000, 9_000), (1_500, 2_500), 0.95, learner_threads=(2,)),
+             (3_000, 9_000), (1_500, 2_500), 0.95),
     Workload('DQN CartPole', 'configs/dqn_cartpole.gin', 'configs/dqn_cartpole.gin',
              (10_000, 40_000), (3_000, 6_000), 0.8),
 ]
 # Pong: 20,000 random steps fill the replay first (the config's min_replay_history), so the
-# budgets both lie past them; 2 collectors are left out (the learner sets the pace already
-# with 1, docs/distributed.md) and two repeats keep the section under half an hour.
+# budgets both lie past them; two repeats keep the section under half an hour. Frames stay
+# on the server (a learner holding the replay keeps vector observations only).
 PONG = [Workload('DQN Pong', 'configs/dqn_atari.gin', 'configs/dqn_atari.gin',
-                 (22_000, 34_000), (20_500, 21_500), 0.95, collectors=(1,), repeats=2,
+                 (22_000, 34_000), (20_500, 21_500), 0.95, repeats=2,
                  # the one final eval episode of the one-process runs, kept short
-                 extra=('eval/atari_env.max_episode_frames=400',), learner_threads=(2,))]
+                 extra=('eval/atari_env.max_episode_frames=400',),
+                 variants=(Variant(), Variant(learner_threads=2)))]
 ONE_PROCESS = ('one process', 'one process, overlap_collection')
 ONE_COLLECTOR = 'distributed, 1 collector'
 
 
-def distributed_command(config, collectors, extra=(), learner_threads=None):
+def distributed_command(config, variant, extra=()):
     def build(env_steps, root_dir):
         cmd = [timing.python(), '-m', 'app.launch', f'--gin_file={config}',
-               f'--collectors={collectors}', '--no_eval', '--quiet', f'--root_dir={root_dir}',
-               f'--gin_bindings=run.num_env_steps={env_steps}']
-        threads = [f'distributed.settings.learner_tf_threads={learner_threads}'] \
-            if learner_threads else []
-        return cmd + [f'--gin_bindings={b}' for b in COMMON + list(extra) + threads]
+               f'--collectors={variant.collectors}', '--no_eval', '--quiet',
+               f'--root_dir={root_dir}', f'--gin_bindings=run.num_env_steps={env_steps}']
+        return cmd + [f'--gin_bindings={b}'
+                      for b in COMMON + list(extra) + variant.bindings()]
     return build
 
 
@@ -80,14 +104,11 @@ def systems(workload):
                                    ['run.export_final_policy=False'] + COMMON + mode +
                                    list(workload.extra), cpus='all')
               for name, mode in zip(ONE_PROCESS, ([], OVERLAP))]
-    variants = [(count, None) for count in workload.collectors] + \
-        [(1, threads) for threads in workload.learner_threads]
     return single + [harness.System(
-        f"{workload.name}: distributed, {count} collector{'s' * (count > 1)}" +
-        (f', learner_tf_threads={threads}' if threads else ''),
-        distributed_command(workload.distributed_config, count, workload.extra, threads),
+        f'{workload.name}: {variant.label()}',
+        distributed_command(workload.distributed_config, variant, workload.extra),
         parse_distributed, cpus='all')
-        for count, threads in variants]
+        for variant in workload.variants]
 
 
 def measure(workload, opts):

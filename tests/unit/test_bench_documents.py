@@ -93,7 +93,9 @@ def test_the_end_to_end_section_reports_medians_ranges_and_the_bar_against_the_b
     # 3,000 env steps more in the large run; seconds more per repeat give each system's rates.
     extra_s = {0: (30, 31, 29), 1: (20, 20, 25), 2: (21, 22, 24), 3: (15, 16, 17),
                4: (19, 19, 19)}
-    assert systems[-1].name == 'SAC Pendulum: distributed, 1 collector, learner_tf_threads=2'
+    assert [s.name.split(': ')[1] for s in systems[2:]] == [
+        'distributed, 1 collector', 'distributed, 1 collector, learner holds the replay',
+        'distributed, 1 collector, learner holds the replay, learner_tf_threads=2']
     per_system = [[_measured(system, 10, 10 + s) for s in extra_s[i]]
                   for i, system in enumerate(systems)]
     text = distributed.render([(workload, per_system)], opts)
@@ -104,6 +106,7 @@ def test_the_end_to_end_section_reports_medians_ranges_and_the_bar_against_the_b
     row = next(line for line in text.splitlines() if 'learner_tf_threads=2 |' in line)
     assert '| 158 |' in row and '1.05×' in row and 'PASS (≥ 0.95×)' in row
     assert text.count('# SAC Pendulum: one process\n') == 1  # each command shown once
+    assert 'distributed.settings.learner_holds_replay=True' in text  # the held systems' commands
 
 
 def test_the_pong_section_has_its_own_title_and_one_distributed_system():
@@ -143,3 +146,18 @@ def test_the_latency_section_takes_the_median_of_the_learners_rounds():
     assert '| 100 | 95 | 90 | 0.90× |' in median_row
     assert '| 80–120 | 90–200 | 60–99 |' in range_row
     assert '| 4,000 | 3,000 | 1,000 | 0.25× |' in collector_row
+
+
+def test_the_learner_alone_section_shows_the_learner_holding_the_replay_where_it_can():
+    from bench import learner_alone, timing
+
+    opts = timing.parse_options(timing.options_parser('x'), [])
+    rows = [{'name': 'SAC Pendulum', 'learner': 120.0, 'held': 200.0, 'alone': 210.0,
+             'xla': False, 'windows_per_sec': 102_400.0, 'batch_size': 256},
+            {'name': 'DQN Pong (LZ4 frames)', 'learner': 42.0, 'held': None, 'alone': 38.0,
+             'xla': False, 'windows_per_sec': 16_000.0, 'batch_size': 32}]
+    text = learner_alone.render(rows, opts)
+    row = next(line for line in text.splitlines() if line.startswith('| SAC Pendulum'))
+    assert '| 120 | 210 | 0.57× | 200 | 0.95× | 102,400 | 400 |' in row
+    row = next(line for line in text.splitlines() if line.startswith('| DQN Pong'))
+    assert '| n/a (frames) |  |' in row
