@@ -8,7 +8,8 @@
 writes `<root_dir>/slurm/distributed.sbatch` (log `<root_dir>/slurm/distributed-%j.out`) and
 submits it; every role logs to `<root_dir>/logs/<role>.log`, as under the local launcher. The
 same Gin files and bindings as a local run (`python -m app.launch`); `--replay_shards=K` is
-short for `--gin_bindings=distributed.settings.replay_shards=K`. The config is loaded and
+short for `--gin_bindings=distributed.settings.replay_shards=K` (with K > 1 also
+`learner_holds_replay=False`: the shards hold the replay). The config is loaded and
 checked here, before anything is submitted.
 
 Design: srun steps of one job, supervised by the local launcher's own code. The batch script
@@ -134,7 +135,8 @@ def _parser():
     parser.add_argument('--collectors', type=int, default=1, help='collector roles (default 1)')
     parser.add_argument('--replay_shards', type=int, default=None,
                         help='short for --gin_bindings=distributed.settings.replay_shards=K '
-                             '(default: the config\'s, 1 unless bound)')
+                             '(and, K > 1, learner_holds_replay=False; default: the '
+                             'config\'s, 1 unless bound)')
     parser.add_argument('--nodes', type=int, default=1,
                         help='nodes (default 1); shard i and collector j on node i (j) mod N')
     parser.add_argument('--no_eval', action='store_true',
@@ -175,6 +177,8 @@ def _bindings(args):
     bindings = list(args.gin_bindings)
     if args.replay_shards is not None:
         bindings.append(f'distributed.settings.replay_shards={args.replay_shards}')
+        if args.replay_shards > 1:  # sharded replay lives on the servers, not the learner
+            bindings.append('distributed.settings.learner_holds_replay=False')
     return bindings
 
 

@@ -31,7 +31,7 @@ class Variant:
     and whether the learner holds the replay (`distributed.settings`)."""
 
     collectors: int = 1
-    learner_threads: Optional[int] = None
+    learner_threads: Optional[int] = None  # None: 1
     holds_replay: bool = False
 
     def label(self):
@@ -41,9 +41,9 @@ class Variant:
                  else ''))
 
     def bindings(self):
-        return ([f'distributed.settings.learner_tf_threads={self.learner_threads}']
-                if self.learner_threads else []) + \
-            (['distributed.settings.learner_holds_replay=True'] if self.holds_replay else [])
+        """Both settings bound, whatever the config says (a config may set either)."""
+        return [f'distributed.settings.learner_tf_threads={self.learner_threads or 1}',
+                f'distributed.settings.learner_holds_replay={self.holds_replay}']
 
 
 @dataclasses.dataclass(frozen=True)

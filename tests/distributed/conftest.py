@@ -22,6 +22,9 @@ from experiment.distributed.cluster import Cluster, free_port
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GIN_FILES = ['configs/sac_pendulum_distributed.gin', 'configs/testing/tiny_sac.gin']
 FAST = [
+    # The fault and priority tests read the replay on the server (tests/distributed/
+    # test_held_replay.py covers a learner holding it).
+    'distributed.settings.learner_holds_replay = False',
     'distributed.settings.error_buffer = 128',  # 2 calls x 4 steps x batch 16
     'distributed.settings.timeout_s = 2',
     'distributed.settings.give_up_after_s = 150',

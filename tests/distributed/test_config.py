@@ -12,6 +12,7 @@ from experiment.distributed import config, net
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG = 'configs/sac_pendulum_distributed.gin'
+SERVER_HOLDS = 'distributed.settings.learner_holds_replay = False'
 
 
 @pytest.fixture
@@ -20,7 +21,9 @@ def parse():
     os.chdir(ROOT)
 
     def parse_with(*bindings):
-        cli.load_gin_config([CONFIG], list(bindings))
+        # The replay on the server, as before the config let the learner hold it (the
+        # tests that want a learner holding it bind it again).
+        cli.load_gin_config([CONFIG], [SERVER_HOLDS, *bindings])
         return config.settings(), config.run_params()
 
     yield parse_with
@@ -57,8 +60,10 @@ def test_settings_that_would_hang_are_refused(parse, binding, message):
 
 
 def test_the_learner_has_its_own_thread_count(parse):
-    settings, params = parse('run.tf_threads = 3')
-    assert settings.learner_tf_threads == 3  # unbound: the run's own
+    settings, params = parse('run.tf_threads = 3', 'distributed.settings.learner_tf_threads = None')
+    assert settings.learner_tf_threads == 3  # None: the run's own
+    settings, params = parse()
+    assert settings.learner_tf_threads == 2  # sac_pendulum_distributed.gin's
     settings, params = parse('distributed.settings.learner_tf_threads = 2')
     assert (settings.learner_tf_threads, params.tf_threads) == (2, 1)
 
@@ -71,7 +76,7 @@ def test_a_learner_holding_the_replay_gets_a_queue_sized_by_the_error_buffer(par
     assert config.windows_per_drain(settings, params) == 64  # 64 steps x 256 / 256
     limiter = config.rate_limiter(settings)
     assert 'Queue' in type(limiter).__name__
-    # The server holds the replay unless asked: no queue.
+    # The server holding the replay: no queue.
     settings, _ = parse()
     assert not settings.learner_holds_replay and settings.queue_length == 0
     settings, params = parse('distributed.settings.learner_holds_replay = True',

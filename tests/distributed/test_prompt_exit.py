@@ -5,7 +5,9 @@ steps: the 60k run once idled 36 s in its learner before exiting (issue #32). Th
 run reaches its budget when both the learner (its gradient-step budget) and the
 collector (the table's `run.num_env_steps`) are done; each writes that moment into
 its final metrics, the launcher writes when it saw each role exit, and this test
-times the launcher's own exit. Slow: two whole runs, about three minutes.
+times the launcher's own exit. The 60k run once more with the learner holding the replay
+(`distributed.settings.learner_holds_replay`), which must not wait for windows the run
+never collects. Slow: three whole runs, about four minutes.
 """
 
 import json
@@ -30,12 +32,14 @@ def _final_metrics(text):
     return json.loads(lines[-1].split(':', 1)[1])
 
 
-@pytest.mark.parametrize('env_steps', [10_000, 60_000])
-def test_every_role_and_the_launcher_exit_promptly_at_the_budget(tmp_path, env_steps):
+@pytest.mark.parametrize('env_steps, held', [(10_000, False), (60_000, False), (60_000, True)],
+                         ids=['10k', '60k', '60k-learner-holds-replay'])
+def test_every_role_and_the_launcher_exit_promptly_at_the_budget(tmp_path, env_steps, held):
     root = tmp_path / 'run'
     cmd = [sys.executable, '-m', 'app.launch', '--gin_file=configs/dqn_cartpole.gin',
            '--collectors=1', '--no_eval', '--quiet', f'--root_dir={root}',
            f'--gin_bindings=run.num_env_steps={env_steps}',
+           f'--gin_bindings=distributed.settings.learner_holds_replay={held}',
            *[f'--gin_bindings={binding}' for binding in BINDINGS]]
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
     launcher_exited = time.time()
@@ -46,6 +50,9 @@ def test_every_role_and_the_launcher_exit_promptly_at_the_budget(tmp_path, env_s
         collector = json.load(metrics_file)
     learner = metrics['learner']
     assert learner['budget_reached_at'] and collector['finished_at'], (learner, collector)
+    # The whole gradient-step budget, (env steps - 1,000 initial) x replay ratio 0.5: a learner
+    # holding the replay must not stop short for want of windows.
+    assert learner['train_steps'] >= (env_steps - 1_000) // 2, learner
     budget_reached = max(learner['budget_reached_at'], collector['finished_at'])
     after = {name: round(at - budget_reached, 1) for name, at in metrics['exited_at'].items()}
     after['launcher'] = round(launcher_exited - budget_reached, 1)

@@ -51,7 +51,10 @@ def test_the_script_asks_cores_per_role_and_runs_the_supervisor(tmp_path):
     assert 'port=$(( 20000 + 16 * (SLURM_JOB_ID % 1000) ))' in text
     command = next(line for line in text.splitlines() if 'app.slurm_distributed roles' in line)
     for part in (f'--gin_file={CONFIG}', '--gin_bindings=run.num_env_steps=20000',
-                 '--gin_bindings=distributed.settings.replay_shards=2', '--collectors=2',
+                 '--gin_bindings=distributed.settings.replay_shards=2',
+                 # the shards hold the replay, whatever the config says of the learner
+                 '--gin_bindings=distributed.settings.learner_holds_replay=False',
+                 '--collectors=2',
                  f'--root_dir={tmp_path}/run', '--learner_cpus=2', '--collector_cpus=1',
                  '--hosts="$hosts" --port="$port" &'):
         assert part in command, (part, command)
