@@ -17,6 +17,11 @@ windows/s, which at the measured CPU per window needs that many server cores. A 
 learner (a GPU at 10x the single-process gradient rate) multiplies both, and its input
 pipeline needs L x B / (sampling windows/s per core) CPU cores of its own.
 
+A learner holding the replay (`distributed.settings.learner_holds_replay`) takes each
+window from the server once: the server inserts and samples L / r windows/s, and the
+learner's intake is L / r windows/s at the sampling rate one core reached; its own model
+table uses its measured rate (bench/learner_alone.py, "learner holding the replay").
+
 In full mode it writes docs/scaling.md, and the model's table into docs/distributed.md
 between its `scaling-model` markers; as a `make bench` section it adds the model's table
 to docs/benchmarks.md. `--quick` only prints (its numbers are not a benchmark).
@@ -126,17 +131,26 @@ def section(opts):
                         row['collector'], row['learner']['learner'], row['learner']['alone'],
                         row['learner']['windows_per_sec'], capacity[row['windows']]['phases'])
               for row in rows]
-    document = render(capacity, rows, models, opts)
+    held = [held_model_row(row['learner']['name'], row['ratio'], row['collector'],
+                           row['learner']['held'], row['learner']['alone'],
+                           row['learner']['windows_per_sec'], capacity[row['windows']]['phases'])
+            for row in rows if row['learner'].get('held')]
+    document = render(capacity, rows, models, opts, held)
     if opts.quick:
         return document
     timing.write_doc(SCALING_DOC, document)
-    update_distributed_doc(models)
+    update_distributed_doc(models, held)
     print(f'Wrote {os.path.relpath(SCALING_DOC)} and the model in '
           f'{os.path.relpath(DISTRIBUTED_DOC)}', flush=True)
     return '\n'.join([
         '## Scaling: the model', '',
         'The whole measurement (each role on one core, one server\'s capacity) is in '
-        '[scaling.md](scaling.md), written by this run.', '', _model_table(models), ''])
+        '[scaling.md](scaling.md), written by this run.', '', _model_table(models), '',
+        HELD_TITLE, '', _model_table(held), ''])
+
+
+HELD_TITLE = ('With the learner holding the replay (`distributed.settings.learner_holds_replay`: '
+              'each window crosses the server once)')
 
 
 def step_split(learner):
@@ -150,6 +164,23 @@ def step_split(learner):
     training = 1e3 / learner['alone']
     sampling = 1e3 * learner['batch_size'] / learner['windows_per_sec']
     return training, sampling, step - training - sampling
+
+
+def held_model_row(name, ratio, collector, held, alone, sampling, phases):
+    """The model of one workload whose learner holds the replay (module docstring)."""
+    per_window = costliest(phases, 'insert') + costliest(phases, 'sample')
+
+    def at(rate):
+        env_steps = rate / ratio
+        return env_steps / collector, env_steps * per_window / 1e6, env_steps / sampling
+
+    collectors, server_cores, _ = at(held)
+    fast = FASTER_LEARNER * alone
+    fast_collectors, fast_server_cores, fast_input_cores = at(fast)
+    return {'name': name, 'ratio': ratio, 'learner': held, 'collectors': collectors,
+            'server_cores': server_cores, 'per_10k': 1e4 * per_window / 1e6,
+            'fast': fast, 'fast_collectors': fast_collectors,
+            'fast_server_cores': fast_server_cores, 'fast_input_cores': fast_input_cores}
 
 
 def _model_table(models):
@@ -168,7 +199,7 @@ def _model_table(models):
         'lrrrrrrrr')
 
 
-def render(capacity, rows, models, opts):
+def render(capacity, rows, models, opts, held=()):
     command = f'python -m bench.scaling{" --quick" if opts.quick else ""}'
     roles = timing.markdown_table(
         ['workload', 'collector, env steps/s on one core',
@@ -205,18 +236,25 @@ def render(capacity, rows, models, opts):
         'receiving, unpacking and batching windows) needs "learner input cores" CPU cores at '
         'the sampling rate one core reached. Where that last column is above 1, sampling, not '
         'the gradient step, is what a faster learner must scale first.', '',
+        f'{HELD_TITLE}:', '', _model_table(held), '',
+        'The same model with each window inserted and sampled once (learner rate: the '
+        '"learner holding the replay" of bench/learner_alone.py); "learner input cores" is '
+        'then the learner\'s intake of L / r windows/s at the sampling rate one core reached. '
+        'Frame windows stay on the server (no row).', '',
         'Not modelled: network bandwidth between machines (the MB/s column gives the traffic '
         'per server), and several servers (one table per server; see docs/distributed.md).', ''])
 
 
-def update_distributed_doc(models, path=DISTRIBUTED_DOC):
-    """Replaces the model table between the markers in docs/distributed.md."""
+def update_distributed_doc(models, held=(), path=DISTRIBUTED_DOC):
+    """Replaces the model tables between the markers in docs/distributed.md."""
     with open(path) as f:
         text = f.read()
     begin, end = text.find(BEGIN_MARK), text.find(END_MARK)
     if begin < 0 or end < begin:
         raise timing.BenchError(f'{path} has no {BEGIN_MARK} ... {END_MARK} block')
     block = f'{BEGIN_MARK}\n\n{_model_table(models)}\n\n'
+    if held:
+        block += f'{HELD_TITLE}:\n\n{_model_table(held)}\n\n'
     timing.write_doc(path, text[:begin] + block + text[end:])
 
 

@@ -47,15 +47,35 @@ def test_scaling_model_follows_from_the_measured_costs():
     assert row['per_10k'] == pytest.approx(1e4 * (30 + 0.5 * 64 * 5) / 1e6)
 
 
+def test_a_learner_holding_the_replay_costs_the_server_one_insert_and_one_sample_per_window():
+    phases = [{'kind': 'insert', 'cpu_ms_per_1000': 30.0},
+              {'kind': 'sample', 'cpu_ms_per_1000': 10.0}]
+    row = scaling.held_model_row('w', ratio=0.5, collector=1_000.0, held=400.0, alone=500.0,
+                                 sampling=100_000.0, phases=phases)
+    # 400 steps/s at ratio 0.5: 800 env steps/s, 0.8 collectors; 800 x 40 us = 0.032 cores.
+    assert row['collectors'] == pytest.approx(0.8)
+    assert row['server_cores'] == pytest.approx(0.032)
+    assert row['per_10k'] == pytest.approx(0.4)
+    # 10x the single-process 500: 10,000 env steps/s, 10 collectors, 0.4 server cores, and
+    # an intake of 10,000 windows/s at 100,000 per core.
+    assert row['fast_collectors'] == pytest.approx(10.0)
+    assert row['fast_server_cores'] == pytest.approx(0.4)
+    assert row['fast_input_cores'] == pytest.approx(0.1)
+
+
 def test_scaling_writes_its_table_between_the_markers_only(tmp_path):
     doc = tmp_path / 'distributed.md'
     doc.write_text(f'before\n\n{scaling.BEGIN_MARK}\n\nold table\n\n{scaling.END_MARK}\n\nafter\n')
     row = scaling.model_row('DQN X', 1.0, 32, 100.0, 50.0, 60.0, 10_000.0,
                             [{'kind': 'insert', 'cpu_ms_per_1000': 10.0},
                              {'kind': 'sample', 'cpu_ms_per_1000': 2.0}])
-    scaling.update_distributed_doc([row], path=str(doc))
+    held = scaling.held_model_row('DQN Y', 1.0, 100.0, 55.0, 60.0, 10_000.0,
+                                  [{'kind': 'insert', 'cpu_ms_per_1000': 10.0},
+                                   {'kind': 'sample', 'cpu_ms_per_1000': 2.0}])
+    scaling.update_distributed_doc([row], [held], path=str(doc))
     text = doc.read_text()
     assert 'old table' not in text and '| DQN X |' in text
+    assert text.index(scaling.HELD_TITLE) < text.index('| DQN Y |') < text.index(scaling.END_MARK)
     assert text.startswith('before\n') and text.endswith(f'{scaling.END_MARK}\n\nafter\n')
 
 
