@@ -197,10 +197,7 @@ def measure_workload(name, config, extra, transitions, gradient_steps, opts):
                                       timing.call_command('bench.learner_alone.sampling_alone',
                                                           config, bindings, address, seconds),
                                       opts.log_dir)
-        timing.timed_run(f'{label} learner', timing.pin_prefix('0') + [
-            timing.python(), 'train.py', '--role=learn', f'--root_dir={root}',
-            f'--replay_address={address}', *_gin_args(config, bindings)], log_dir=opts.log_dir)
-        learner = _read_json(os.path.join(root, 'learner', 'metrics.json'))
+        learner = _run_learner(f'{label} learner', config, bindings, root, address, opts)
         alone = timing.child_result(f'{label} gradient steps alone', timing.pin_prefix('0') +
                                     timing.call_command('bench.learner_alone.gradient_steps_alone',
                                                         config, bindings, transitions, seconds),
@@ -231,13 +228,19 @@ def _held_learner(label, config, bindings, num_env_steps, opts):
         timing.child_result(f'{label} fill queue', timing.call_command(
             'bench.learner_alone.fill_server', config, bindings, address, num_env_steps),
             opts.log_dir)
-        timing.timed_run(f'{label} learner holding the replay', timing.pin_prefix('0') + [
-            timing.python(), 'train.py', '--role=learn', f'--root_dir={root}',
-            f'--replay_address={address}', *_gin_args(config, bindings)], log_dir=opts.log_dir)
-        return _read_json(os.path.join(root, 'learner', 'metrics.json'))['train_steps_per_sec']
+        return _run_learner(f'{label} learner holding the replay', config, bindings, root,
+                            address, opts)['train_steps_per_sec']
     finally:
         stop(server, log)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def _run_learner(what, config, bindings, root, address, opts):
+    """The real learner role on core 0 against the server at `address`; its final metrics."""
+    timing.timed_run(what, timing.pin_prefix('0') + [
+        timing.python(), 'train.py', '--role=learn', f'--root_dir={root}',
+        f'--replay_address={address}', *_gin_args(config, bindings)], log_dir=opts.log_dir)
+    return _read_json(os.path.join(root, 'learner', 'metrics.json'))
 
 
 def _read_json(path):

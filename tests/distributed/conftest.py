@@ -59,6 +59,16 @@ def wait_until(condition, what, cluster, timeout_s=WAIT_S):
     raise AssertionError(f'timed out after {timeout_s} s waiting for {what}\n{tails}')
 
 
+def start_training(cluster, steps=40):
+    """Starts the replay server, the learner and one collector; waits for `steps` gradient
+    steps (the pushed weights' train step)."""
+    cluster.start('replay')
+    cluster.start('learn')
+    cluster.start('collect', 0)
+    wait_until(lambda: (pushed_step(cluster.address) or 0) >= steps,
+               f'the learner to take {steps} gradient steps', cluster)
+
+
 def counters_at(address):
     """The replay table's counters at one server, or None while it does not answer."""
     from experiment.distributed import common

@@ -16,7 +16,14 @@ import reverb
 import tensorflow as tf
 
 from experiment.distributed.config import REPLAY_TABLE
-from tests.distributed.conftest import FAST, counters_at, pushed_step, tiny_dqn_cluster, wait_until
+from tests.distributed.conftest import (
+    FAST,
+    counters_at,
+    pushed_step,
+    start_training,
+    tiny_dqn_cluster,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.reverb, pytest.mark.timeout(600)]
 HELD = ['distributed.settings.learner_holds_replay = True',
@@ -47,11 +54,7 @@ def _restored_store(cluster):
 def test_the_learner_holds_the_replay_feeds_its_priorities_and_resumes_it(tmp_path):
     cluster = tiny_dqn_cluster(tmp_path, *HELD)
     try:
-        cluster.start('replay')
-        cluster.start('learn')
-        cluster.start('collect', 0)
-        wait_until(lambda: (pushed_step(cluster.address) or 0) >= 40,
-                   'the learner to take 40 gradient steps', cluster)
+        start_training(cluster)
         # The server only carries windows across: each is sampled once, oldest first.
         info = reverb.Client(cluster.address).server_info(5)[REPLAY_TABLE]
         assert info.max_times_sampled == 1 and 'fifo' in str(info.sampler_options).lower()

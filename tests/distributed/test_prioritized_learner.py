@@ -18,7 +18,7 @@ from experiment.distributed import common, tables
 from experiment.distributed.cluster import Cluster, free_port
 from experiment.distributed.config import REPLAY_TABLE
 from tests.distributed import conftest
-from tests.distributed.conftest import pushed_step, tiny_dqn_cluster, wait_until
+from tests.distributed.conftest import start_training, tiny_dqn_cluster, wait_until
 
 pytestmark = [pytest.mark.reverb, pytest.mark.timeout(600)]
 
@@ -42,11 +42,7 @@ def test_the_learner_updates_priorities_on_the_server(tmp_path, make_cluster):
     # A local PrioritizedReplay maps to its Reverb counterpart in a distributed run.
     cluster = make_cluster(tmp_path, 'run.replay_backend = @PrioritizedReplay')
     try:
-        cluster.start('replay')
-        cluster.start('learn')
-        cluster.start('collect', 0)
-        wait_until(lambda: (pushed_step(cluster.address) or 0) >= 40,
-                   'the learner to take 40 gradient steps', cluster)
+        start_training(cluster)
         info = reverb.Client(cluster.address).server_info(5)[REPLAY_TABLE]
         assert 'prioritized' in str(info.sampler_options)
         priorities = _sampled_priorities(cluster.address)
