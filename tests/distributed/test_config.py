@@ -97,15 +97,18 @@ def test_shards_keep_the_ratio_over_the_whole_buffer(parse):
     gate = tier.RatioGate(settings)
     offset = 256 * 1000
     assert (gate.min_diff, gate.max_diff) == (offset - 32_768, offset + 32_768)
-    assert gate.inserts_allowed({'inserted': 1000, 'sampled': 0})  # filling the minimum
+    assert gate.inserts_allowed({'inserted': 1000, 'sampled': 0, 'shards_down': 0})  # filling the minimum
     assert gate.samples_allowed(inserted=1000, sampled=0) == 32_768
     assert gate.samples_allowed(inserted=2000, sampled=300_000) < 0  # the learner waits
-    assert gate.inserts_allowed({'inserted': 2128, 'sampled': 256_000})
-    assert not gate.inserts_allowed({'inserted': 2129, 'sampled': 256_000})  # collectors wait
+    assert gate.inserts_allowed({'inserted': 2128, 'sampled': 256_000, 'shards_down': 0})
+    assert not gate.inserts_allowed({'inserted': 2129, 'sampled': 256_000, 'shards_down': 0})  # collectors wait
     # Never both: both sides read the same counters, and min_diff < max_diff.
     for inserted, sampled in [(2000, 200_000), (2000, 300_000), (3000, 256_000), (1000, 0)]:
         assert gate.samples_allowed(inserted, sampled) >= 0 or gate.inserts_allowed(
-            {'inserted': inserted, 'sampled': sampled})
+            {'inserted': inserted, 'sampled': sampled, 'shards_down': 0})
+    # While a shard is down each process counts it with its own last reading, so only the
+    # learner keeps the ratio: collectors write on however far ahead they seem.
+    assert gate.inserts_allowed({'inserted': 2129, 'sampled': 256_000, 'shards_down': 1})
     with pytest.raises(UserError, match='fewer than run.batch_size'):
         config.validate(settings, dataclasses.replace(params, replay_capacity=1000))
 

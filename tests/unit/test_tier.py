@@ -28,11 +28,13 @@ def test_counters_add_up_and_a_dead_shard_counts_with_its_last_report():
         replay = tier.ReplayTier([s.server_address for s in shards], timeout_s=1)
         assert replay.weights_address == shards[0].server_address
         total = replay.counters()
-        assert (total['size'], total['inserted']) == (40, 40)
+        assert (total['size'], total['inserted'], total['shards_down']) == (40, 40, 0)
         shards[1].close()  # its server stops
         per_shard = replay.shard_counters()
         assert per_shard[0]['size'] == 10 and per_shard[1] is None
-        assert replay.counters()['inserted'] == 40  # shard 1 as it last reported
+        total = replay.counters()
+        assert total['inserted'] == 40  # shard 1 as it last reported
+        assert total['shards_down'] == 1  # so collectors leave the ratio to the learner
         fresh = tier.ReplayTier([s.server_address for s in shards], timeout_s=1)
         with pytest.raises(Exception, match='did not answer'):
             fresh.counters()  # never heard from shard 1: no guess
