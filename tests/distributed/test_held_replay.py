@@ -1,5 +1,6 @@
 """Real roles with `distributed.settings.learner_holds_replay`: a queue on the server, the
-replay (with its priorities) in the learner and in its checkpoint, a restart resuming it.
+replay (with its priorities) in the learner and in its checkpoint, a restart resuming it,
+a killed server restarting under a learner that trains on.
 
 DQN CartPole shrunk to (8, 8) networks (conftest.tiny_dqn_cluster) on a prioritized
 replay: the learner's own store samples by priority and gets the agent's TD errors back,
@@ -8,6 +9,8 @@ learner's checkpoint, taken when the learner is stopped.
 """
 
 import os
+import signal
+import time
 
 import gin
 import numpy as np
@@ -81,6 +84,21 @@ def test_the_learner_holds_the_replay_feeds_its_priorities_and_resumes_it(tmp_pa
         assert 'resumed from' in log
         # Its store came back whole: it did not wait for the minimum again.
         assert 'windows from the collectors' not in log
+
+        # The server dies (its queue with it) and restarts from its checkpoint: the learner,
+        # which holds the replay, rides out the outage and trains on fresh windows after it.
+        step_before = pushed_step(cluster.address)
+        cluster.kill('replay', signal.SIGKILL)
+        time.sleep(5)
+        assert cluster.alive('learner') and cluster.alive('collector_0')
+        cluster.restart('replay')
+        restored = wait_until(lambda: counters_at(cluster.address), 'the server to come back',
+                              cluster)
+        wait_until(lambda: (counters_at(cluster.address) or {}).get('sampled', 0)
+                   > restored['sampled'] + 32, 'the learner to take windows again', cluster)
+        wait_until(lambda: (pushed_step(cluster.address) or 0) > step_before + 8,
+                   'the learner to train and push to the restarted server', cluster)
+        assert cluster.alive('learner') and cluster.alive('collector_0')
     finally:
         for name in list(cluster.procs):
             if cluster.alive(name):
