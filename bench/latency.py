@@ -12,11 +12,15 @@ for each added delay (0 ms through the same proxy, so the proxy's own cost cance
 - **learner**: the real learner role, pinned to core 0, reading and pushing weights
   through the proxy: its gradient steps/s after its first chunk, `ROUNDS` runs per delay
   (the delays taking turns), the median and the range of them;
+- **learner holding the replay** (`distributed.settings.learner_holds_replay`): the same
+  learner taking each window once from a second server's queue, filled anew (directly,
+  not through the proxy) with every window of its run before each of its runs;
 - **collector inserts**: random-policy env steps written through the proxy by the
   collector's own backend, pinned to core 0: env steps/s including the env.
 
 In-flight samples (the learner's dataset requests ahead) and asynchronous writes (the
-collector flushes every `flush_every` windows) should hide a few ms.
+collector flushes every `flush_every` windows) should hide a few ms; a learner holding the
+replay crosses the network only for each new window and its weight pushes.
 """
 
 import asyncio
@@ -125,8 +129,24 @@ def _start_proxy(target_port, delay_ms, log_dir):
     return proc, log, port
 
 
+def _learner_rate(what, config, bindings, root, address, opts):
+    """The real learner role on core 0 against `address`: its gradient steps/s."""
+    timing.timed_run(what, timing.pin_prefix('0') + [
+        timing.python(), 'train.py', '--role=learn', f'--root_dir={root}',
+        f'--replay_address={address}', *learner_alone._gin_args(config, bindings)],
+        log_dir=opts.log_dir)
+    return learner_alone._read_json(os.path.join(root, 'learner', 'metrics.json'))[
+        'train_steps_per_sec']
+
+
+def _fill(what, config, bindings, port, transitions, opts):
+    timing.child_result(what, timing.call_command(
+        'bench.learner_alone.fill_server', config, bindings, f'localhost:{port}', transitions),
+        opts.log_dir)
+
+
 def measure_workload(name, config, transitions, gradient_steps, opts):
-    """{delay_ms: {learner, collector}} for one workload."""
+    """{delay_ms: {learner, held, collector}} for one workload."""
     from experiment.distributed.cluster import free_port
 
     if opts.quick:
@@ -135,47 +155,54 @@ def measure_workload(name, config, transitions, gradient_steps, opts):
     params, _ = learner_alone._load(config, learner_alone._bindings([]))
     num_env_steps = params.initial_collect_steps + int(gradient_steps / params.replay_ratio)
     bindings = learner_alone._bindings([], num_env_steps)
+    held_bindings = bindings + learner_alone.HELD
     root = tempfile.mkdtemp(prefix='bench-latency-')
-    port = free_port()
+    port, held_port = free_port(), free_port()
     server, server_log = learner_alone._start_server(config, bindings, root, port, opts.log_dir)
+    held_server, held_log = learner_alone._start_server(
+        config, held_bindings, os.path.join(root, 'held'), held_port, opts.log_dir)
     label = name.lower().replace(' ', '_')
     results = {}
     try:
         learner_alone._wait_for(f'localhost:{port}', server)
-        timing.child_result(f'{label} fill', timing.call_command(
-            'bench.learner_alone.fill_server', config, bindings, f'localhost:{port}',
-            transitions), opts.log_dir)
+        learner_alone._wait_for(f'localhost:{held_port}', held_server)
+        _fill(f'{label} fill', config, bindings, port, transitions, opts)
         learners = {delay: [] for delay in DELAYS_MS}
+        held = {delay: [] for delay in DELAYS_MS}
         # Rounds over the delays in turn: a drift of the machine touches every delay alike.
         for round_ in range(1 if opts.quick else ROUNDS):
             for delay in DELAYS_MS:
                 proxy, proxy_log, proxy_port = _start_proxy(port, delay, opts.log_dir)
+                held_proxy, held_proxy_log, held_proxy_port = _start_proxy(
+                    held_port, delay, opts.log_dir)
                 address = f'localhost:{proxy_port}'
-                learner_root = os.path.join(root, f'delay_{delay}_{round_}')
                 try:
                     learner_alone._wait_for(address, proxy)
+                    learner_alone._wait_for(f'localhost:{held_proxy_port}', held_proxy)
                     if round_ == 0:  # the collector's rate is steady: once per delay
                         results[delay] = {'collector': timing.child_result(
                             f'{label} collector {delay} ms', timing.pin_prefix('0') +
                             timing.call_command('bench.latency.collector_rate', config,
                                                 bindings, address, transitions // 2),
                             opts.log_dir)['rate']}
-                    timing.timed_run(f'{label} learner {delay} ms #{round_}',
-                                     timing.pin_prefix('0') + [
-                                         timing.python(), 'train.py', '--role=learn',
-                                         f'--root_dir={learner_root}',
-                                         f'--replay_address={address}',
-                                         *learner_alone._gin_args(config, bindings)],
-                                     log_dir=opts.log_dir)
-                    learners[delay].append(learner_alone._read_json(
-                        os.path.join(learner_root, 'learner', 'metrics.json'))[
-                            'train_steps_per_sec'])
+                    learners[delay].append(_learner_rate(
+                        f'{label} learner {delay} ms #{round_}', config, bindings,
+                        os.path.join(root, f'delay_{delay}_{round_}'), address, opts))
+                    # The queue is taken once: every window of the held learner's run anew.
+                    _fill(f'{label} fill queue {delay} ms #{round_}', config, held_bindings,
+                          held_port, num_env_steps, opts)
+                    held[delay].append(_learner_rate(
+                        f'{label} learner holding the replay {delay} ms #{round_}', config,
+                        held_bindings, os.path.join(root, f'held_{delay}_{round_}'),
+                        f'localhost:{held_proxy_port}', opts))
                 finally:
                     learner_alone.stop(proxy, proxy_log)
+                    learner_alone.stop(held_proxy, held_proxy_log)
         for delay in DELAYS_MS:
-            results[delay]['learner'] = learners[delay]
+            results[delay].update(learner=learners[delay], held=held[delay])
     finally:
         learner_alone.stop(server, server_log)
+        learner_alone.stop(held_server, held_log)
         shutil.rmtree(root, ignore_errors=True)
     return name, results
 
@@ -190,12 +217,13 @@ def render(rows, opts):
         [f'ratio at {DELAYS_MS[-1]} ms']
     table = []
     for name, results in rows:
-        runs = [results[d]['learner'] for d in DELAYS_MS]
-        medians = [statistics.median(values) for values in runs]
-        table.append([name, 'learner, gradient steps/s (median)'] +
-                     [f'{m:,.0f}' for m in medians] + [f'{medians[-1] / medians[0]:.2f}×'])
-        table.append([name, 'learner, range of its runs'] +
-                     [f'{min(values):,.0f}–{max(values):,.0f}' for values in runs] + [''])
+        for key, who in (('learner', 'learner'), ('held', 'learner holding the replay')):
+            runs = [results[d][key] for d in DELAYS_MS]
+            medians = [statistics.median(values) for values in runs]
+            table.append([name, f'{who}, gradient steps/s (median)'] +
+                         [f'{m:,.0f}' for m in medians] + [f'{medians[-1] / medians[0]:.2f}×'])
+            table.append([name, f'{who}, range of its runs'] +
+                         [f'{min(values):,.0f}–{max(values):,.0f}' for values in runs] + [''])
         values = [results[d]['collector'] for d in DELAYS_MS]
         table.append([name, 'collector, env steps/s written'] + [f'{v:,.0f}' for v in values]
                      + [f'{values[-1] / values[0]:.2f}×'])
@@ -204,8 +232,11 @@ def render(rows, opts):
         f'Written by `python -m bench.latency{" --quick" if opts.quick else ""}` (a `make '
         f'bench` section) on {timing.cpu_model()}; do not edit by hand. The kernel here has no '
         '`netem`, so a user-space TCP proxy adds the round trip (half each way); the 0 ms '
-        'column goes through the same proxy. Learner and collector pinned to core 0, server and '
-        f'proxy to core 1. The learner ran {1 if opts.quick else ROUNDS} time(s) per delay, the '
+        'column goes through the same proxy. Learner and collector pinned to core 0, servers and '
+        'proxies to core 1; the learner holding the replay '
+        '(`distributed.settings.learner_holds_replay`) takes each window once from its own '
+        'server\'s queue, filled before each of its runs. Each learner ran '
+        f'{1 if opts.quick else ROUNDS} time(s) per delay, the '
         'delays taking turns; its ratio is of the medians. Bar: the learner keeps ≥ 0.9× its '
         '0 ms rate at 5 ms.', '',
         timing.markdown_table(headers, table, 'll' + 'r' * (len(headers) - 2)), ''])

@@ -97,11 +97,13 @@ def test_shards_keep_the_ratio_over_the_whole_buffer(parse):
     gate = tier.RatioGate(settings)
     offset = 256 * 1000
     assert (gate.min_diff, gate.max_diff) == (offset - 32_768, offset + 32_768)
-    assert gate.inserts_allowed({'inserted': 1000, 'sampled': 0, 'shards_down': 0})  # filling the minimum
+    # Filling the minimum:
+    assert gate.inserts_allowed({'inserted': 1000, 'sampled': 0, 'shards_down': 0})
     assert gate.samples_allowed(inserted=1000, sampled=0) == 32_768
     assert gate.samples_allowed(inserted=2000, sampled=300_000) < 0  # the learner waits
     assert gate.inserts_allowed({'inserted': 2128, 'sampled': 256_000, 'shards_down': 0})
-    assert not gate.inserts_allowed({'inserted': 2129, 'sampled': 256_000, 'shards_down': 0})  # collectors wait
+    # Collectors wait:
+    assert not gate.inserts_allowed({'inserted': 2129, 'sampled': 256_000, 'shards_down': 0})
     # Never both: both sides read the same counters, and min_diff < max_diff.
     for inserted, sampled in [(2000, 200_000), (2000, 300_000), (3000, 256_000), (1000, 0)]:
         assert gate.samples_allowed(inserted, sampled) >= 0 or gate.inserts_allowed(

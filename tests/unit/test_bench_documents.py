@@ -157,14 +157,17 @@ def test_the_latency_section_takes_the_median_of_the_learners_rounds():
     from bench import latency, timing
 
     opts = timing.parse_options(timing.options_parser('x'), [])
-    results = {0: {'learner': [100, 80, 120], 'collector': 4000},
-               1: {'learner': [90, 95, 200], 'collector': 3000},
-               5: {'learner': [99, 60, 90], 'collector': 1000}}
+    results = {0: {'learner': [100, 80, 120], 'held': [200, 210, 190], 'collector': 4000},
+               1: {'learner': [90, 95, 200], 'held': [205, 200, 195], 'collector': 3000},
+               5: {'learner': [99, 60, 90], 'held': [150, 170, 160], 'collector': 1000}}
     text = latency.render([('SAC Pendulum', results)], opts)
-    median_row, range_row, collector_row = [line for line in text.splitlines()
-                                            if line.startswith('| SAC Pendulum')]
+    median_row, range_row, held_row, held_range, collector_row = [
+        line for line in text.splitlines() if line.startswith('| SAC Pendulum')]
     assert '| 100 | 95 | 90 | 0.90× |' in median_row
     assert '| 80–120 | 90–200 | 60–99 |' in range_row
+    assert '| learner holding the replay, gradient steps/s (median) | 200 | 200 | 160 | 0.80× |' \
+        in held_row
+    assert '| 190–210 | 195–205 | 150–170 |' in held_range
     assert '| 4,000 | 3,000 | 1,000 | 0.25× |' in collector_row
 
 
