@@ -131,11 +131,7 @@ def _start_proxy(target_port, delay_ms, log_dir):
 
 def _learner_rate(what, config, bindings, root, address, opts):
     """The real learner role on core 0 against `address`: its gradient steps/s."""
-    timing.timed_run(what, timing.pin_prefix('0') + [
-        timing.python(), 'train.py', '--role=learn', f'--root_dir={root}',
-        f'--replay_address={address}', *learner_alone._gin_args(config, bindings)],
-        log_dir=opts.log_dir)
-    return learner_alone._read_json(os.path.join(root, 'learner', 'metrics.json'))[
+    return learner_alone._run_learner(what, config, bindings, root, address, opts)[
         'train_steps_per_sec']
 
 
