@@ -49,6 +49,8 @@ class _Collector:
         self.agent, self.train_step, self.tf_env = common.build_agent(params, seed=seed, env=env)
         settings = self.settings = config.for_agent(settings, self.agent)
         self.num_envs = self.tf_env.batch_size
+        # Listed once (TF-Agents walks the policy's modules on every `variables()` call).
+        self.policy_variables = tuple(self.agent.collect_policy.variables())
         self.steps_per_call = max(1, params.collect_steps_per_iteration // self.num_envs)
         self.metrics = {
             tags.TRAIN_AVERAGE_RETURN: tf_metrics.AverageReturnMetric(batch_size=self.num_envs),
@@ -182,7 +184,7 @@ class _Collector:
         self.global_inserted = counters['inserted']
         if pulled is not None:
             values, step = pulled
-            tables.assign(self.agent.collect_policy.variables(), values)
+            tables.assign(self.policy_variables, values)
             self.train_step.assign(step)  # schedules tied to the train step (epsilon) follow
             if self.policy_step is not None:
                 self.staleness.append(step - self.policy_step)

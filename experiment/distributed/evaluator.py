@@ -33,6 +33,8 @@ class _Eval:
     def __init__(self, role, settings, params, *, address, seed, root_dir):
         self.role, self.settings, self.params = role, settings, params
         self.agent, self.train_step, _ = common.build_agent(params, seed=seed)
+        # Listed once (TF-Agents walks the policy's modules on every `variables()` call).
+        self.policy_variables = tuple(self.agent.policy.variables())
         self.env = eval_env(params.num_eval_episodes, seeds.evaluation(seed))
         # As a single-process run judges its policy (root_dir/policy_best included); the x
         # axis counts transitions inserted, i.e. env steps.
@@ -58,7 +60,7 @@ class _Eval:
                        timeout_s=self.settings.timeout_s)
         if pulled is not None:
             values, self.policy_step = pulled
-            tables.assign(self.agent.policy.variables(), values)
+            tables.assign(self.policy_variables, values)
             self.train_step.assign(self.policy_step)
         return self.policy_step
 
