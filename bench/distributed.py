@@ -8,13 +8,17 @@ equal learning work: one process as configured, one process with `run.overlap_co
 the workload's variants (`Variant`: the replay on the server, whose rate limiter holds the
 single-process replay ratio, or held by the learner, which keeps that ratio itself; the
 learner on 1 or 2 TF threads).
-Each system runs the two-budget method (bench/harness.py) `REPEATS` times, the systems taking
-turns within each repeat so that a drift of the machine touches all of them alike; a rate is
-the median of its repeats, the spread the range of them. The ratio is against the better of
-the two one-process systems ("the best single-process configuration").
+Every system runs the two-budget method (bench/harness.py) once; then the fastest one-process
+and the fastest distributed system of that first round run again, taking turns (in reversed
+order every other round, so that a drift of the machine touches both alike), until each has
+the workload's `rounds`. A rate is the median of its runs, the spread the range of them. The
+ratio is against the better one-process median ("the best single-process configuration"), and
+its uncertainty a bootstrap interval over the two leaders' runs: the bar is met when the whole
+interval clears it, so that the margin reported is larger than the noise it rests on.
 """
 
 import dataclasses
+import random
 import statistics
 from typing import Optional
 
@@ -22,7 +26,8 @@ from bench import harness, timing
 
 COMMON = harness.NO_EXTRA_WORK + ['run.checkpoint_interval=1000000']
 OVERLAP = ['run.overlap_collection=True', 'run.tf_threads=2']
-REPEATS = 3
+INTERVAL = 0.90  # the ratio's bootstrap interval
+BOOTSTRAP_DRAWS = 2_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,22 +63,22 @@ class Workload:
     # of intra-op parallelism for a convolutional or wide step.
     variants: tuple = (Variant(), Variant(holds_replay=True),
                        Variant(holds_replay=True, learner_threads=2))
-    repeats: int = REPEATS
+    rounds: int = 6  # runs of the two leaders (the other systems run once)
     extra: tuple = ()  # bindings of this workload's runs, all systems alike
 
 
-# SAC Pendulum's second budget is long enough (12,000 env steps between the two, about 45 s)
-# that its run-to-run spread stays below the few percent its ratio is judged by.
+# SAC Pendulum: 12,000 env steps between the budgets (about 40 s); eight rounds of its leaders
+# (about 3 minutes each) so that the ratio's interval is narrower than its few percent of
+# margin. DQN CartPole's margin is wide: three rounds.
 WORKLOADS = [
     Workload('SAC Pendulum', 'configs/sac_pendulum.gin', 'configs/sac_pendulum_distributed.gin',
-             (3_000, 15_000), (1_500, 2_500), 0.95),
+             (3_000, 15_000), (1_500, 2_500), 0.95, rounds=8),
     Workload('DQN CartPole', 'configs/dqn_cartpole.gin', 'configs/dqn_cartpole.gin',
-             (10_000, 40_000), (3_000, 6_000), 0.8),
+             (10_000, 40_000), (3_000, 6_000), 0.8, rounds=3),
 ]
 # Pong: 20,000 random steps fill the replay first (the config's min_replay_history), so the
-# budgets both lie past them; three repeats (about 40 minutes) so that one slow run does not
-# move the median. Frames stay on the server (a learner holding the replay keeps vector
-# observations only).
+# budgets both lie past them; six rounds of its leaders (about 5 minutes each). Frames stay on
+# the server (a learner holding the replay keeps vector observations only).
 PONG = [Workload('DQN Pong', 'configs/dqn_atari.gin', 'configs/dqn_atari.gin',
                  (22_000, 34_000), (20_500, 21_500), 0.95,
                  # the one final eval episode of the one-process runs, kept short
@@ -114,20 +119,56 @@ def systems(workload):
         for variant in workload.variants]
 
 
+def is_one_process(system):
+    return system.name.split(': ')[1] in ONE_PROCESS
+
+
 def measure(workload, opts):
-    """[[Measured] per system, one per repeat]."""
+    """[[Measured] per system]: every system once, then the first round's fastest one process
+    and fastest distributed system in turns until each has `workload.rounds` runs."""
     budgets = workload.quick_budgets if opts.quick else workload.budgets
-    repeats = [harness.measure(systems(workload), budgets, opts, 'distributed-')
-               for _ in range(1 if opts.quick else workload.repeats)]
-    return [list(runs) for runs in zip(*repeats)]
+    every = systems(workload)
+    first = harness.measure(every, budgets, opts, 'distributed-')
+    runs = {item.system.name: [item] for item in first}
+    leaders = [max((item for item in first if is_one_process(item.system) == one),
+                   key=lambda item: item.rate.rate).system for one in (True, False)]
+    for round_ in range(1, 1 if opts.quick else workload.rounds):
+        for item in harness.measure(leaders[::-1] if round_ % 2 else leaders, budgets, opts,
+                                    'distributed-'):
+            runs[item.system.name].append(item)
+    return [runs[system.name] for system in every]
 
 
 def summary(runs):
-    """{median, low, high, grad_median} of one system's repeats (env and gradient steps/s)."""
+    """{rates, median, low, high, grad_median} of one system's runs (env, gradient steps/s)."""
     rates = [item.rate.rate for item in runs]
     grads = [(item.grads[1] - item.grads[0]) / item.rate.delta_s for item in runs]
-    return {'median': statistics.median(rates), 'low': min(rates), 'high': max(rates),
-            'grad_median': statistics.median(grads)}
+    return {'rates': rates, 'median': statistics.median(rates), 'low': min(rates),
+            'high': max(rates), 'grad_median': statistics.median(grads)}
+
+
+def ratio_interval(rates, best_rates, seed=0):
+    """The INTERVAL bootstrap interval of median(rates) / median(best_rates), each system's runs
+    resampled with replacement; None with fewer than 3 runs of either."""
+    if min(len(rates), len(best_rates)) < 3:
+        return None
+    rng = random.Random(seed)
+    draws = sorted(statistics.median(rng.choices(rates, k=len(rates))) /
+                   statistics.median(rng.choices(best_rates, k=len(best_rates)))
+                   for _ in range(BOOTSTRAP_DRAWS))
+    tail = (1 - INTERVAL) / 2
+    return draws[int(tail * BOOTSTRAP_DRAWS)], draws[int((1 - tail) * BOOTSTRAP_DRAWS) - 1]
+
+
+def verdict(ratio, interval, bar):
+    """PASS when the ratio's interval clears the bar (the median alone with one run)."""
+    if ratio < bar:
+        return f'FAIL (≥ {bar:.2f}×)'
+    if interval is None:
+        return f'PASS (≥ {bar:.2f}×, one run)'
+    if interval[0] >= bar:
+        return f'PASS (≥ {bar:.2f}×)'
+    return f'median only (≥ {bar:.2f}×; interval reaches below)'
 
 
 def section(opts):
@@ -140,36 +181,43 @@ def section_pong(opts):
 
 
 def render(results, opts, title='## Distributed against one process, end to end'):
-    repeats = sorted({1 if opts.quick else workload.repeats for workload, _ in results})
     out = [title, '',
            'Every run may use all CPUs of this machine (distributed runs are several '
            'processes). No evaluation in the timed runs. **env steps/s = Δ env steps / Δ wall '
            'time** of two whole runs, so start-up and shutdown cancel out; the distributed '
            'runs hold the single-process replay ratio with the rate limiter (SAC Pendulum: 256 '
-           'samples per inserted transition; DQN CartPole: 32; DQN Pong: 8). '
-           f'Each system measured {" or ".join(map(str, repeats))} time(s), the systems taking '
-           'turns; the rate is the median, "range" the lowest and highest. The ratio is the '
-           'median against the better one-process median; the bar is the issue\'s.', '']
+           'samples per inserted transition; DQN CartPole: 32; DQN Pong: 8). Every system ran '
+           'once; then the fastest one process and the fastest distributed system of that '
+           'round ran again, taking turns (reversed every other round so that a drift of the '
+           'machine touches both alike). A rate is the median of its runs, "range" the lowest '
+           'and highest. The ratio is the median against the better one-process median, '
+           f'"{INTERVAL:.0%} interval" its bootstrap interval over the two systems\' runs '
+           '(each resampled with replacement); a bar (the issue\'s) is met when the whole '
+           'interval clears it, i.e. the margin is larger than the run-to-run noise it rests '
+           'on.', '']
     rows, flat, first = [], [], []
     for workload, per_system in results:
         stats = [summary(runs) for runs in per_system]
-        best = max(s['median'] for s, runs in zip(stats, per_system)
-                   if runs[0].system.name.split(': ')[1] in ONE_PROCESS)
+        best = max((s for s, runs in zip(stats, per_system) if is_one_process(runs[0].system)),
+                   key=lambda s: s['median'])
         for runs, s in zip(per_system, stats):
             kind = runs[0].system.name.split(': ')[1]
-            verdict = ''
-            if kind.startswith(ONE_COLLECTOR):
-                verdict = ('PASS' if s['median'] / best >= workload.bar else 'FAIL') + \
-                    f' (≥ {workload.bar:.2f}×)'
+            ratio = s['median'] / best['median']
+            interval = None if s is best else ratio_interval(s['rates'], best['rates'])
             spread = (s['high'] - s['low']) / 2 / s['median']
-            rows.append([workload.name, kind, f"{s['median']:,.0f}",
-                         f"{s['low']:,.0f}–{s['high']:,.0f} (±{spread:.0%})",
-                         f"{s['grad_median']:,.0f}", f"{s['median'] / best:.2f}×", verdict])
+            rows.append([
+                workload.name, kind, f'{len(runs)}', f"{s['median']:,.0f}",
+                f"{s['low']:,.0f}–{s['high']:,.0f} (±{spread:.0%})" if len(runs) > 1 else '',
+                f"{s['grad_median']:,.0f}", f'{ratio:.2f}×',
+                f'{interval[0]:.2f}–{interval[1]:.2f}×' if interval else '',
+                verdict(ratio, interval, workload.bar)
+                if kind.startswith(ONE_COLLECTOR) else ''])
             flat += runs
             first.append(runs[0])
     out += [timing.markdown_table(
-        ['workload', 'system', 'env steps/s', 'range', 'gradient steps/s',
-         'ratio vs best one process', 'bar'], rows, 'llrrrrl'), '']
+        ['workload', 'system', 'runs', 'env steps/s', 'range', 'gradient steps/s',
+         'ratio vs best one process', f'{INTERVAL:.0%} interval', 'bar'], rows, 'llrrrrrrl'),
+        '']
     out += harness.runs_section(
         flat, opts, 'Distributed env steps are the replay table\'s inserted transitions '
         '(collectors overshoot the budget by at most a chunk each).', commands_of=first)
