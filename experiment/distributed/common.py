@@ -13,7 +13,7 @@ import gin
 import tensorflow as tf
 from tf_agents.environments import tf_py_environment
 
-from core import rundir
+from core import niceness, rundir
 from core.tf_setup import configure_tf
 from envs.suite import make_env
 from experiment import staged_agent
@@ -63,6 +63,8 @@ def start_role(kind, root_dir, *, force, seed, collector_id=0, shard=0):
                          settings.replay_shards)
     role = Role(os.path.basename(directory), give_up_after_s=settings.give_up_after_s)
     role.lock = prepare_dir(directory, force=force)  # held for the role's lifetime
+    if kind != 'learn':
+        niceness.lower_priority(settings.other_roles_niceness)
     threads = settings.learner_tf_threads if kind == 'learn' else params.tf_threads
     configure_tf(seed + collector_id + shard, threads)
     return params, settings, role, directory

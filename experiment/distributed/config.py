@@ -42,6 +42,7 @@ class Settings:
     replay_shards: int = 1
     learner_tf_threads: int = 1
     learner_holds_replay: bool = False
+    other_roles_niceness: int = 0
     # With learner_holds_replay: windows the replay server's queue holds (see `settings`).
     queue_length: int = 0
     # Sequence tables (recurrent agents): collectors are never held, see `for_agent`.
@@ -67,7 +68,8 @@ def settings(samples_per_insert=None,
              flush_every=16,
              replay_shards=1,
              learner_tf_threads=None,
-             learner_holds_replay=False):
+             learner_holds_replay=False,
+             other_roles_niceness=None):
     """The distributed run's own settings; None means derived from `run`'s bindings.
 
     Args:
@@ -107,12 +109,26 @@ def settings(samples_per_insert=None,
         least one learner call's and two flushes' worth, at most `run.replay_capacity`):
         collectors wait while it is full, and the learner takes in windows at the run's
         ratio. Vector observations, one server, feed-forward agents only.
+      other_roles_niceness: the Unix niceness (0-19) of every role but the learner:
+        replay servers, collectors, the evaluator. Where they share cores with the
+        learner, whose gradient steps set the run's pace, each wake-up of theirs at
+        niceness 0 preempts one of the learner's TF threads and stalls the op that thread
+        shares; niced, they run in the learner's idle moments instead. On machines of
+        their own it changes nothing. None: 19 when the learner holds the replay (the
+        server is then only a queue, off the learner's path), 0 when the server samples
+        for the learner.
 
     Returns:
       A `Settings`.
     """
     whole = (0, math.inf, 'closed')
     seconds = (0, math.inf, 'open')
+    if other_roles_niceness is not None and (
+            not isinstance(other_roles_niceness, int) or isinstance(other_roles_niceness, bool)
+            or not 0 <= other_roles_niceness <= 19):
+        raise UserError('distributed.settings.other_roles_niceness must be None or a whole '
+                        f'number from 0 to 19 (a lower niceness needs root), got '
+                        f'{other_roles_niceness!r}: fix the binding.')
     check('distributed.settings', locals(),
           positive=('weight_pull_interval', 'learner_checkpoint_interval', 'flush_every',
                     'replay_shards'),
@@ -137,6 +153,8 @@ def settings(samples_per_insert=None,
             math.ceil(steps_per_call * batch_size / samples_per_insert), 2 * flush_every))
     return Settings(
         learner_holds_replay=bool(learner_holds_replay), queue_length=int(queue_length),
+        other_roles_niceness=int(other_roles_niceness if other_roles_niceness is not None
+                                 else 19 if learner_holds_replay else 0),
         samples_per_insert=float(samples_per_insert),
         error_buffer=float(error_buffer),
         min_size_to_sample=int(min_size_to_sample if min_size_to_sample is not None
