@@ -69,7 +69,7 @@ def settings(samples_per_insert=None,
              replay_shards=1,
              learner_tf_threads=None,
              learner_holds_replay=False,
-             other_roles_niceness=None):
+             other_roles_niceness=0):
     """The distributed run's own settings; None means derived from `run`'s bindings.
 
     Args:
@@ -114,19 +114,18 @@ def settings(samples_per_insert=None,
         learner, whose gradient steps set the run's pace, each wake-up of theirs at
         niceness 0 preempts one of the learner's TF threads and stalls the op that thread
         shares; niced, they run in the learner's idle moments instead. On machines of
-        their own it changes nothing. None: 19 when the learner holds the replay (the
-        server is then only a queue, off the learner's path), 0 when the server samples
-        for the learner.
+        their own it changes nothing. Where the collectors set the pace (DQN CartPole)
+        it slows the run instead: measured in docs/benchmarks.md, so a config opts in
+        (configs/sac_pendulum_distributed.gin sets 19).
 
     Returns:
       A `Settings`.
     """
     whole = (0, math.inf, 'closed')
     seconds = (0, math.inf, 'open')
-    if other_roles_niceness is not None and (
-            not isinstance(other_roles_niceness, int) or isinstance(other_roles_niceness, bool)
-            or not 0 <= other_roles_niceness <= 19):
-        raise UserError('distributed.settings.other_roles_niceness must be None or a whole '
+    if not isinstance(other_roles_niceness, int) or isinstance(other_roles_niceness, bool) \
+            or not 0 <= other_roles_niceness <= 19:
+        raise UserError('distributed.settings.other_roles_niceness must be a whole '
                         f'number from 0 to 19 (a lower niceness needs root), got '
                         f'{other_roles_niceness!r}: fix the binding.')
     check('distributed.settings', locals(),
@@ -153,8 +152,7 @@ def settings(samples_per_insert=None,
             math.ceil(steps_per_call * batch_size / samples_per_insert), 2 * flush_every))
     return Settings(
         learner_holds_replay=bool(learner_holds_replay), queue_length=int(queue_length),
-        other_roles_niceness=int(other_roles_niceness if other_roles_niceness is not None
-                                 else 19 if learner_holds_replay else 0),
+        other_roles_niceness=other_roles_niceness,
         samples_per_insert=float(samples_per_insert),
         error_buffer=float(error_buffer),
         min_size_to_sample=int(min_size_to_sample if min_size_to_sample is not None

@@ -39,12 +39,11 @@ def test_the_config_derives_the_single_process_replay_ratio(parse):
     assert config.max_train_steps(params) == 19_000
 
 
-def test_the_other_roles_give_way_to_the_learner_when_the_server_is_only_a_queue(parse):
-    assert parse()[0].other_roles_niceness == 0  # the server samples for the learner
-    held = 'distributed.settings.learner_holds_replay = True'
-    assert parse(held)[0].other_roles_niceness == 19
-    assert parse(held, 'distributed.settings.other_roles_niceness = 5')[0] \
-        .other_roles_niceness == 5
+def test_the_other_roles_give_way_to_the_learner_where_a_config_says_so(parse):
+    assert parse()[0].other_roles_niceness == 19  # the SAC config, learner-bound
+    assert parse('distributed.settings.other_roles_niceness = 0')[0].other_roles_niceness == 0
+    cli.load_gin_config(['configs/dqn_cartpole.gin'], [])
+    assert config.settings().other_roles_niceness == 0  # the default
 
 
 @pytest.mark.parametrize('binding, message', [
@@ -63,7 +62,7 @@ def test_the_other_roles_give_way_to_the_learner_when_the_server_is_only_a_queue
      'learner_tf_threads must be None or a whole number >= 1'),
     ('distributed.settings.other_roles_niceness = -5', 'from 0 to 19 .a lower niceness needs root'),
     ('distributed.settings.other_roles_niceness = 20', 'from 0 to 19'),
-    ('distributed.settings.other_roles_niceness = True', 'from 0 to 19'),
+    ('distributed.settings.other_roles_niceness = None', 'from 0 to 19'),
 ])
 def test_settings_that_would_hang_are_refused(parse, binding, message):
     with pytest.raises(UserError, match=message):

@@ -55,7 +55,7 @@ def _restored_store(cluster):
 
 
 def test_the_learner_holds_the_replay_feeds_its_priorities_and_resumes_it(tmp_path):
-    cluster = tiny_dqn_cluster(tmp_path, *HELD)
+    cluster = tiny_dqn_cluster(tmp_path, *HELD, 'distributed.settings.other_roles_niceness = 19')
     try:
         start_training(cluster)
         # The server only carries windows across: each is sampled once, oldest first.
@@ -63,6 +63,10 @@ def test_the_learner_holds_the_replay_feeds_its_priorities_and_resumes_it(tmp_pa
         assert info.max_times_sampled == 1 and 'fifo' in str(info.sampler_options).lower()
         counters = counters_at(cluster.address)
         assert counters['sampled'] > 0 and counters['size'] <= info.max_size
+        # Bound niced: the server (only a queue here) and the collector give way to the learner.
+        niceness = {name: os.getpriority(os.PRIO_PROCESS, cluster.procs[name][0].pid)
+                    for name in ('replay', 'collector_0', 'learner')}
+        assert niceness == {'replay': 19, 'collector_0': 19, 'learner': 0}, niceness
 
         cluster.stop(['learner'])  # SIGINT: it checkpoints, its store included
         assert cluster.returncode('learner') == 0, cluster.tail('learner', 30)
