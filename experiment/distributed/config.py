@@ -114,9 +114,9 @@ def settings(samples_per_insert=None,
         learner, whose gradient steps set the run's pace, each wake-up of theirs at
         niceness 0 preempts one of the learner's TF threads and stalls the op that thread
         shares; niced, they run in the learner's idle moments instead. On machines of
-        their own it changes nothing. Where the collectors set the pace (DQN CartPole)
-        it slows the run instead: measured in docs/benchmarks.md, so a config opts in
-        (configs/sac_pendulum_distributed.gin sets 19).
+        their own it changes nothing. 0 (the default): the end-to-end benchmark does
+        not separate its gain from the noise (docs/distributed.md, "Where the replay
+        lives"); configs/sac_pendulum_distributed.gin sets 19.
 
     Returns:
       A `Settings`.
