@@ -33,11 +33,12 @@ class WindowStore:
     """A `ReplayBackend` over whole windows, `windows_per_add` of them per `add`.
 
     Attributes:
-      capabilities: the inner backend's XLA and priorities; nothing else (no concurrent
-        writes: the learner adds between its own training calls).
+      capabilities: the inner backend's XLA, priorities and concurrent writes (the
+        learner takes its next windows in on a thread while it trains, where the inner
+        backend allows it: uniform sampling, not the prioritized sum tree).
     """
 
-    capabilities = Capabilities(xla=True, priorities=True)
+    capabilities = Capabilities(xla=True, priorities=True, concurrent_writes=True)
 
     def __init__(self, inner_class, data_spec, *, capacity, windows_per_add, batch_size,
                  num_steps, seed=0):
@@ -57,7 +58,9 @@ class WindowStore:
                                   num_envs=windows_per_add, batch_size=batch_size, num_steps=1,
                                   seed=seed, name='window_store')
         self.capabilities = type(self).capabilities.narrowed(
-            xla=self._inner.capabilities.xla, priorities=self._inner.capabilities.priorities)
+            xla=self._inner.capabilities.xla, priorities=self._inner.capabilities.priorities,
+            concurrent_writes=self._inner.capabilities.concurrent_writes)
+        self._windows_per_add = windows_per_add
 
     @property
     def inner(self):
@@ -66,6 +69,15 @@ class WindowStore:
     @property
     def capacity(self):
         return self._inner.capacity
+
+    @property
+    def adds_kept(self):
+        """How many `add`s the store keeps before it overwrites the oldest."""
+        return self.capacity // self._windows_per_add
+
+    def allow_concurrent_writes(self, adds):
+        """Lets a thread make up to `adds` `add` calls while a batch is sampled."""
+        self._inner.allow_concurrent_writes(adds)
 
     def add(self, windows):
         """Stores `windows_per_add` windows, the nest `[K, num_steps, ...]`."""

@@ -91,6 +91,12 @@ class _Learner(ShardedSampling):
                      what='reading the replay table', whom=self.whom_server,
                      timeout_s=self.settings.timeout_s)
 
+    def save_checkpoint(self, step):
+        """Saves the training state; a held replay's drain taken in meanwhile waits for it
+        (a checkpoint never holds half a drain)."""
+        with self.held.lock if self.held else contextlib.nullcontext():
+            self.checkpointer.save(step)
+
     def _snapshot(self):
         """The policy weights and train step now, copied (the next steps change them)."""
         return ([v.numpy() for v in self.policy_variables],
@@ -295,7 +301,7 @@ def main(root_dir, *, address, seed=0, force=False, verbose=True):
     train_end = time.monotonic()
     # The close-out waits on nobody: every phase is timed, and one that lasts is logged.
     with _timed(role, 'saving the final checkpoint'):
-        learner.checkpointer.save(step)  # first: whatever happens next, the training is safe
+        learner.save_checkpoint(step)  # first: whatever happens next, the training is safe
     role.log(f"checkpoint saved at train step {step:,}")
     try:
         with watchdog.waiting('pushing the final weights', learner.whom_server), \
@@ -371,7 +377,7 @@ def _loop(learner, role, settings, params, budget, summaries, watchdog):
             learner.push_in_background()
         if step // settings.learner_checkpoint_interval > \
                 before // settings.learner_checkpoint_interval:
-            learner.checkpointer.save(step)
+            learner.save_checkpoint(step)
         if time.monotonic() >= next_summary:
             with watchdog.waiting('reading the replay table', learner.whom_server):
                 counters = learner.counters()

@@ -7,6 +7,7 @@ run's samples-per-insert ratio. The queue here is a tf.data stand-in that counts
 was taken from it; the real roles are in tests/distributed/test_held_replay.py.
 """
 
+import time
 import types
 
 import numpy as np
@@ -101,12 +102,57 @@ def test_the_learner_fills_to_the_minimum_then_drains_at_the_runs_ratio():
     for _ in range(20):
         held.ready_for_call()
         calls += 1
+        held.settle()  # the next call's drain, taken in while this one trains
         taken = int(held.taken.numpy())
         # Never more than the run collects, whatever the calls ask.
         assert taken <= 40
         if taken < 40:
-            assert taken == 8 + 4 * calls  # one drain per call: 16 samples / 4 per window
+            # One drain per call (16 samples / 4 per window), and one drain ahead.
+            assert taken == 8 + 4 * (calls + 1)
     assert int(held.taken.numpy()) == 40
+
+
+def test_the_next_drain_is_taken_on_another_thread_while_the_call_trains():
+    held = _held(min_size=8, run_windows=1000)
+    queue = _Queue(total=1000)
+    held.open(queue)
+    while not held.fill_step():
+        pass
+    assert held.takes_ahead
+    held.ready_for_call()  # the first call takes its own drain, then starts the next one's
+    held.settle()
+    assert int(held.taken.numpy()) == 16
+    held.lock.acquire()  # as a checkpoint being saved: a drain received waits to be stored
+    try:
+        held.ready_for_call()  # its credit is there: it only starts the next drain
+        time.sleep(0.5)  # ample for the thread to receive it
+        assert int(held.taken.numpy()) == 16 and held.size() == 16  # not stored meanwhile
+    finally:
+        held.lock.release()
+    held.settle()
+    assert int(held.taken.numpy()) == 20 and held.size() == 20
+
+
+def test_a_drain_ahead_that_failed_raises_at_the_next_call_and_stores_nothing():
+    held = _held(min_size=8, run_windows=1000)
+    held.open(_Queue(total=12))  # the fill (8) and one drain (4); the drain ahead finds none
+    while not held.fill_step():
+        pass
+    held.ready_for_call()
+    with pytest.raises(tf.errors.OutOfRangeError):
+        held.ready_for_call()
+    assert int(held.taken.numpy()) == 12 and held.size() == 12
+
+
+def test_a_prioritized_store_takes_its_drains_between_calls():
+    held = _held(min_size=8, run_windows=1000, backend=PrioritizedReplay)
+    held.open(_Queue(total=1000))
+    while not held.fill_step():
+        pass
+    assert not held.takes_ahead  # its sum tree cannot be written while it samples
+    held.ready_for_call()
+    time.sleep(0.5)  # a drain ahead would have been stored by now
+    assert int(held.taken.numpy()) == 12
 
 
 def test_windows_past_the_minimum_earn_credit_from_the_first_drain_on():
