@@ -84,7 +84,7 @@ class HeldReplay:
         """Moves one drain of windows from the queue (`windows`, or the open iterator) into
         the store (raises like the dataset: OutOfRangeError when none came within the
         timeout, and then nothing changed)."""
-        drain = (windows or self._windows).get_next()
+        drain = (self._windows if windows is None else windows).get_next()
         with self.lock:
             self._add(drain)
             taken = int(self.taken.assign_add(self.windows_per_drain).numpy())
