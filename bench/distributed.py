@@ -93,8 +93,8 @@ def distributed_command(config, variant, extra=()):
         cmd = [timing.python(), '-m', 'app.launch', f'--gin_file={config}',
                f'--collectors={variant.collectors}', '--no_eval', '--quiet',
                f'--root_dir={root_dir}', f'--gin_bindings=run.num_env_steps={env_steps}']
-        return cmd + [f'--gin_bindings={b}'
-                      for b in COMMON + list(extra) + variant.bindings()]
+        return cmd + [f'--gin_bindings={b}' for b in COMMON + harness.NO_PERIODIC_CHECKPOINTS +
+                      list(extra) + variant.bindings()]
     return build
 
 
@@ -183,7 +183,8 @@ def section_pong(opts):
 def render(results, opts, title='## Distributed against one process, end to end'):
     out = [title, '',
            'Every run may use all CPUs of this machine (distributed runs are several '
-           'processes). No evaluation in the timed runs. **env steps/s = Δ env steps / Δ wall '
+           'processes). No evaluation and no periodic checkpoints in the timed runs '
+           '(every process writes its final one). **env steps/s = Δ env steps / Δ wall '
            'time** of two whole runs, so start-up and shutdown cancel out; the distributed '
            'runs hold the single-process replay ratio with the rate limiter (SAC Pendulum: 256 '
            'samples per inserted transition; DQN CartPole: 32; DQN Pong: 8). Every system ran '

@@ -26,7 +26,7 @@ import subprocess
 import tempfile
 import time
 
-from bench import inprocess, timing
+from bench import harness, inprocess, timing
 
 WORKLOADS = [  # (name, config, extra bindings, transitions to fill, learner gradient steps)
     ('DQN CartPole', 'configs/dqn_cartpole.gin', [], 20_000, 20_000),
@@ -182,7 +182,7 @@ def measure_workload(name, config, extra, transitions, gradient_steps, opts):
     # The learner's budget is the single-process run's: its replay ratio times the steps
     # collected after the initial random ones.
     num_env_steps = params.initial_collect_steps + int(gradient_steps / params.replay_ratio)
-    bindings = _bindings(extra, num_env_steps)
+    bindings = _bindings(extra, num_env_steps) + harness.NO_PERIODIC_CHECKPOINTS
     root = tempfile.mkdtemp(prefix='bench-learner-')
     port = free_port()
     address = f'localhost:{port}'
@@ -290,8 +290,8 @@ def render(rows, opts):
         f'Written by `python -m bench.learner_alone{" --quick" if opts.quick else ""}` '
         f'(a `make bench` section) on {timing.cpu_model()}; do not edit by hand. '
         'The learner and each measuring child pinned to core 0, the replay server to core 1; '
-        'no collectors run. Bar: learner ≥ 0.9× one process\'s gradient steps alone for SAC '
-        'Pendulum and DQN Pong.', '',
+        'no collectors run, and no role takes a periodic checkpoint. Bar: learner ≥ 0.9× one '
+        'process\'s gradient steps alone for SAC Pendulum and DQN Pong.', '',
         table, '',
         'The ceiling column is the sampling rate divided by the batch size: the most gradient '
         'steps/s Reverb could feed this learner however fast its steps were. "Learner holding '
