@@ -113,16 +113,21 @@ def render(measured, opts):
         rows.append([item.system.name, f'{rate.delta_steps:,}', f'{rate.delta_s:.1f}{mark}',
                      f'{rate.rate:,.0f}', f'{rate.rate / reference.rate:.2f}x',
                      'n/a' if to_last is None or not reference.rate_to_last_line
-                     else f'{to_last:,.0f} ({to_last / reference.rate_to_last_line:.2f}x)'])
+                     else f'{to_last:,.0f} ({to_last / reference.rate_to_last_line:.2f}x)',
+                     f'{rate.fixed_s:.1f}' if rate.fixed_s is not None else 'n/a'])
     out += [timing.markdown_table(
         ['system', 'Δ env steps', 'Δ seconds', 'env steps/s', 'ratio vs TF-Agents example',
-         'env steps/s to last line (ratio)'], rows), '']
+         'env steps/s to last line (ratio)', 'fixed seconds per run'], rows), '']
     if noisy:
         out += ['† Δ seconds is shorter than the whole N1 run, so start-up noise can dominate '
                 'this rate: use the full budgets on a quiet machine.', '']
-    out += ['The last column times each run to its last output line instead of its exit '
-            '(see exit latency below): the same method without the noise of a slow, '
-            'variable exit.', '']
+    out += ['"env steps/s to last line" times each run to its last output line instead of '
+            'its exit (see exit latency below): the same method without the noise of a slow, '
+            'variable exit. "Fixed seconds per run" is what the rate leaves unexplained in the '
+            'shorter run (its wall time less its env steps at the rate): interpreter and TF '
+            'start-up, tracing and XLA compilation, the initial random steps running at '
+            'another rate, the one eval, exit. It is what a user waits for before a run '
+            'trains at speed.', '']
     xla = {item.system.name: item.rate.rate for item in measured}
     on, off = xla.get('ours, train.py, XLA on'), xla.get('ours, train.py, XLA off')
     if on and off:

@@ -59,6 +59,13 @@ class TwoBudgetRate:
         return self.delta_steps / self.delta_s if self.delta_s > 0 else float('nan')
 
     @property
+    def fixed_s(self):
+        """Seconds of a run that its budget does not explain (start-up, tracing and XLA
+        compilation, the initial collection's difference, the final eval, exit): the small
+        run's wall time less its env steps at the rate."""
+        return self.small.wall_s - self.small_steps / self.rate if self.rate > 0 else None
+
+    @property
     def rate_to_last_line(self):
         """Like rate, each run timed to its last `last_line` line instead of its exit."""
         ends = [run.last_match(self.last_line) if self.last_line else None

@@ -1,11 +1,16 @@
-"""Shared test set-up: quiet TF once, and a clean Gin config for every test module."""
+"""Shared test set-up: quiet TF once, AutoGraph kept out of TF-Agents as every run keeps it
+(core/tf_setup.py), and a clean Gin config for every test module."""
 
 import gin
 import pytest
 
 from core.quiet import quiet_startup
 
-quiet_startup()
+quiet_startup()  # first: importing TF sets the log level our subprocesses inherit
+
+from core.tf_setup import leave_tf_agents_unconverted  # noqa: E402
+
+leave_tf_agents_unconverted()
 
 
 @pytest.fixture(scope='module', autouse=True)
