@@ -25,6 +25,7 @@ sends each priority to the shard that holds its key.
 """
 
 import queue
+import socket
 import threading
 import time
 
@@ -34,6 +35,28 @@ import tensorflow as tf
 
 from buffers.base import SampleInfo
 from core.errors import UserError
+
+# How long a shard that was down may take to accept a TCP connection before it still counts
+# as down (see `accepts_connections`).
+CONNECT_PROBE_S = 0.25
+
+
+def accepts_connections(address, timeout_s=CONNECT_PROBE_S):
+    """Whether something listens at 'host:port' (a TCP connect, closed at once).
+
+    A Reverb call to a server that is gone does not fail when the connection is refused:
+    gRPC retries until the call's deadline (at least 1 s, `timeout_s` of the run), so
+    every read of a dead shard's counters cost that long and the collectors, which read
+    them at each weight pull, wrote at an eighth of their rate while a shard was down.
+    A shard that was down is asked again only once its port accepts a connection.
+    """
+    host, _, port = address.rpartition(':')
+    try:
+        socket.create_connection((host.strip('[]'), int(port)), timeout=timeout_s).close()
+    except (OSError, ValueError):
+        return False
+    return True
+
 
 KEY_SHARD, KEY_VALUE = 0, 1  # the two columns of a sharded key
 
@@ -100,8 +123,13 @@ class ShardedReplay:
         stream would block otherwise); an unreachable one (None) is not.
         """
         states, latencies = [], []
-        for shard in self._shards:
+        for index, shard in enumerate(self._shards):
             started = time.perf_counter()
+            was_down = self._states is not None and self._states[index] is None
+            if was_down and not accepts_connections(shard.server_address):
+                states.append(None)
+                latencies.append(float('nan'))
+                continue
             try:
                 info = shard.table_info(self._timeout_s)
             except (RuntimeError, reverb.errors.ReverbError, KeyError):

@@ -30,6 +30,7 @@ import socket
 
 import reverb
 
+from buffers.reverb.shards import accepts_connections
 from core.errors import UserError
 from experiment.distributed import common, net
 
@@ -74,6 +75,7 @@ class ReplayTier:
         self._timeout_s = timeout_s
         self._clients = [reverb.Client(address) for address in self.addresses]
         self._last = {}  # {shard: its last answered counters}
+        self._down = set()  # shards that did not answer at their last read
 
     @property
     def num_shards(self):
@@ -101,12 +103,17 @@ class ReplayTier:
         """Each shard's counters (`common.replay_counters`), or None for a shard that is down."""
         counters = []
         for index, client in enumerate(self._clients):
+            if index in self._down and not accepts_connections(self.addresses[index]):
+                counters.append(None)  # still down, known without waiting a deadline
+                continue
             try:
                 value = common.replay_counters(client.server_info(max(1, int(self._timeout_s))))
             except (RuntimeError, reverb.errors.ReverbError):
                 value = None
+                self._down.add(index)
             else:
                 self._last[index] = value
+                self._down.discard(index)
             counters.append(value)
         return counters
 

@@ -1,6 +1,8 @@
 """The replay tier of a sharded run: counters summed over shards, a dead shard counted with what
 it last reported, and which shards are local."""
 
+import socket
+
 import pytest
 import tensorflow as tf
 
@@ -58,3 +60,35 @@ def test_a_failed_reverb_write_is_logged_on_one_line_without_its_traceback():
         'call last):\n  File "reverb/trajectory_writer.py", line 1')
     assert one_line(error) == ('UnknownError: DeadlineExceededError: Flush call did not '
                                'complete within provided timeout of 0:00:10')
+
+
+class _CountingClient:
+    """A Reverb client that counts its `server_info` calls."""
+
+    def __init__(self, client):
+        self.client, self.calls = client, 0
+
+    def server_info(self, timeout_s):
+        self.calls += 1
+        return self.client.server_info(timeout_s)
+
+
+def test_a_dead_shard_is_not_asked_again_until_its_port_accepts_connections():
+    """A Reverb call to a server that is gone waits its whole deadline (gRPC retries a
+    refused connection), so reading a dead shard at every weight pull slowed the
+    collectors to an eighth of their rate: it is asked once, then only when it listens."""
+    shards = [_shard(11), _shard(31)]
+    try:
+        replay = tier.ReplayTier([s.server_address for s in shards], timeout_s=1)
+        replay.counters()
+        dead = replay._clients[1] = _CountingClient(replay._clients[1])
+        shards[1].close()
+        for _ in range(5):
+            assert replay.shard_counters()[1] is None
+        assert dead.calls == 1  # the read that found it down
+        host, _, port = shards[1].server_address.rpartition(':')
+        with socket.create_server((host.strip('[]'), int(port))):  # something listens again
+            assert replay.shard_counters()[1] is None  # not Reverb: still down ...
+        assert dead.calls == 2  # ... but it was asked
+    finally:
+        shards[0].close()
