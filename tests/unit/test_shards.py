@@ -139,6 +139,20 @@ def test_a_shard_below_its_minimum_gets_no_weight_until_it_is_ready(shards):
     assert {row[0] for row in rows} <= starts and {row[1] for row in rows} == {1}
 
 
+
+def test_a_dead_shard_is_asked_again_only_once_its_port_accepts_connections(shards):
+    """The learner refreshes every 2 s; a Reverb call to a gone server waits its whole
+    deadline, so a dead shard is asked once, then only when its port listens again."""
+    sharded, owners = shards(ReverbUniformReplay)
+    dead = sharded.shards[0]
+    calls = []
+    ask = dead.table_info
+    dead.table_info = lambda timeout_s: calls.append(timeout_s) or ask(timeout_s)
+    owners[0].close()
+    for _ in range(3):
+        assert sharded.refresh()[0] is None
+    assert len(calls) == 1  # the refresh that found it down
+
 def test_shards_must_share_one_class():
     with pytest.raises(UserError, match='at least one shard'):
         ShardedReplay([])
