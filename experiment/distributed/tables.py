@@ -47,11 +47,7 @@ class WeightStore:
         self._address = address
         self._timeout_s = timeout_s
         self._client = reverb.Client(address)
-
-    def table_sizes(self):
-        """{table: current size} from one timed `server_info` call."""
-        info = self._client.server_info(max(1, int(self._timeout_s)))
-        return {name: int(table.current_size) for name, table in info.items()}
+        self._pushes_pulled = 0  # the variables table's insert count at the last pull
 
     def server_info(self):
         return self._client.server_info(max(1, int(self._timeout_s)))
@@ -75,11 +71,23 @@ class WeightStore:
             writer.close()
 
     def pull(self):
-        """(list of weight arrays, train step), or None while nothing has been pushed."""
-        if self.table_sizes().get(VARIABLES_TABLE, 0) == 0:
+        """(list of weight arrays, train step), or None while nothing new has been pushed.
+
+        A pull transfers and decompresses every weight (megabytes for a convolutional
+        network) and collectors pull more often than the learner pushes, so the table's
+        insert count, read in the same `server_info` call that checks it is not empty,
+        tells whether a push has landed since this store's last pull. The count is read
+        before the sample, so a push landing in between is pulled again next time, never
+        missed (a server restarted empty counts from 0 again: its first push may then be
+        skipped, and the collector acts on the weights it has until the next).
+        """
+        info = self.server_info()[VARIABLES_TABLE]
+        pushes = int(info.rate_limiter_info.insert_stats.completed)
+        if info.current_size == 0 or pushes == self._pushes_pulled:
             return None
         sample = next(self._client.sample(VARIABLES_TABLE, emit_timesteps=False,
                                           unpack_as_table_signature=True))
+        self._pushes_pulled = pushes
         return list(sample.data[POLICY_KEY]), int(sample.data[TRAIN_STEP_KEY])
 
 
