@@ -32,23 +32,29 @@ BOOTSTRAP_DRAWS = 2_000
 
 @dataclasses.dataclass(frozen=True)
 class Variant:
-    """One distributed system: its collectors, the learner's TF threads (None: the run's)
-    and whether the learner holds the replay (`distributed.settings`)."""
+    """One distributed system: its collectors, the learner's TF threads (None: the run's),
+    whether the learner holds the replay and the other roles' niceness (None: the config's;
+    all `distributed.settings`)."""
 
     collectors: int = 1
     learner_threads: Optional[int] = None  # None: 1
     holds_replay: bool = False
+    niceness: Optional[int] = None
 
     def label(self):
         return (f"distributed, {self.collectors} collector{'s' * (self.collectors > 1)}" +
                 (', learner holds the replay' if self.holds_replay else '') +
                 (f', learner_tf_threads={self.learner_threads}' if self.learner_threads
+                 else '') +
+                (f', other_roles_niceness={self.niceness}' if self.niceness is not None
                  else ''))
 
     def bindings(self):
         """Both settings bound, whatever the config says (a config may set either)."""
         return [f'distributed.settings.learner_tf_threads={self.learner_threads or 1}',
-                f'distributed.settings.learner_holds_replay={self.holds_replay}']
+                f'distributed.settings.learner_holds_replay={self.holds_replay}'] + (
+            [] if self.niceness is None else
+            [f'distributed.settings.other_roles_niceness={self.niceness}'])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,7 +89,8 @@ PONG = [Workload('DQN Pong', 'configs/dqn_atari.gin', 'configs/dqn_atari.gin',
                  (22_000, 34_000), (20_500, 21_500), 0.95, rounds=4,
                  # the one final eval episode of the one-process runs, kept short
                  extra=('eval/atari_env.max_episode_frames=400',),
-                 variants=(Variant(), Variant(learner_threads=2)))]
+                 variants=(Variant(), Variant(learner_threads=2),
+                           Variant(learner_threads=2, niceness=19)))]
 ONE_PROCESS = ('one process', 'one process, overlap_collection')
 ONE_COLLECTOR = 'distributed, 1 collector'
 

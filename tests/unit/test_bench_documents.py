@@ -150,7 +150,8 @@ def test_only_the_first_rounds_leaders_run_again_in_alternating_order(monkeypatc
     opts = timing.parse_options(timing.options_parser('x'), [])
     workload = distributed.PONG[0]
     seconds = {'one process': 40, 'one process, overlap_collection': 30,
-               'distributed, 1 collector': 35, 'distributed, 1 collector, learner_tf_threads=2': 31}
+               'distributed, 1 collector': 35, 'distributed, 1 collector, learner_tf_threads=2': 31,
+               'distributed, 1 collector, learner_tf_threads=2, other_roles_niceness=19': 33}
     calls = []
 
     def fake_measure(systems, budgets, opts, prefix):
@@ -164,10 +165,10 @@ def test_only_the_first_rounds_leaders_run_again_in_alternating_order(monkeypatc
     assert workload.rounds >= 3
     assert calls[1:] == [leaders[::-1] if index % 2 else leaders
                          for index in range(1, workload.rounds)]
-    assert [len(runs) for runs in per_system] == [1, workload.rounds, 1, workload.rounds]
+    assert [len(runs) for runs in per_system] == [1, workload.rounds, 1, workload.rounds, 1]
 
 
-def test_the_pong_section_has_its_own_title_and_one_distributed_system():
+def test_the_pong_section_has_its_own_title_and_its_distributed_systems():
     from bench import distributed, timing
 
     opts = timing.parse_options(timing.options_parser('x'), [])
@@ -177,9 +178,12 @@ def test_the_pong_section_has_its_own_title_and_one_distributed_system():
                                          'DQN Pong: one process, overlap_collection',
                                          'DQN Pong: distributed, 1 collector',
                                          'DQN Pong: distributed, 1 collector, '
-                                         'learner_tf_threads=2']
+                                         'learner_tf_threads=2',
+                                         'DQN Pong: distributed, 1 collector, '
+                                         'learner_tf_threads=2, other_roles_niceness=19']
     per_system = [[_measured(system, 10, 10 + s) for s in seconds]
-                  for system, seconds in zip(systems, ((40,), (30, 34, 32), (31, 33, 32), (50,)))]
+                  for system, seconds in zip(systems, ((40,), (30, 34, 32), (31, 33, 32), (50,),
+                                                       (45,)))]
     text = distributed.render([(workload, per_system)], opts,
                               title='## Distributed: DQN Pong')
     assert text.startswith('## Distributed: DQN Pong\n') and '90% interval' in text
@@ -190,6 +194,9 @@ def test_the_pong_section_has_its_own_title_and_one_distributed_system():
     row = next(line for line in text.splitlines() if 'learner_tf_threads=2 |' in line)
     assert '| 60 |' in row and '0.64×' in row and 'FAIL (≥ 0.95×)' in row
     assert 'distributed.settings.learner_tf_threads=2' in text  # its command
+    row = next(line for line in text.splitlines() if 'other_roles_niceness=19 |' in line)
+    assert '| 67 |' in row and '0.71×' in row and 'FAIL (≥ 0.95×)' in row
+    assert 'distributed.settings.other_roles_niceness=19' in text
 
 
 def test_the_latency_section_takes_the_median_of_the_learners_rounds():
