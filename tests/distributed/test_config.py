@@ -44,6 +44,12 @@ def test_the_other_roles_give_way_to_the_learner_where_a_config_says_so(parse):
     assert parse('distributed.settings.other_roles_niceness = 0')[0].other_roles_niceness == 0
     cli.load_gin_config(['configs/dqn_cartpole.gin'], [])
     assert config.settings().other_roles_niceness == 0  # the default
+    cli.load_gin_config(['configs/dqn_atari_distributed.gin'], [])
+    settings, params = config.settings(), config.run_params()
+    # Pong's learner sets the pace: two TF threads for it, the other roles niced.
+    assert (settings.other_roles_niceness, settings.learner_tf_threads) == (19, 2)
+    assert settings.samples_per_insert == 8 and params.frame_stack == 4
+    config.validate(settings, params)
 
 
 @pytest.mark.parametrize('binding, message', [
