@@ -144,6 +144,13 @@ def test_a_ratio_whose_interval_reaches_below_the_bar_passes_on_its_median_only(
     assert distributed.verdict(0.9, None, 0.95) == 'FAIL (≥ 0.95×)'
 
 
+def test_an_interval_prints_rounded_outwards_so_it_never_seems_to_touch_a_bar_it_misses():
+    from bench import distributed
+
+    assert distributed.interval_text((0.947, 1.081)) == '0.94–1.09×'
+    assert distributed.interval_text((0.57, 1.15)) == '0.57–1.15×'  # exact ends stay
+
+
 def test_only_the_first_rounds_leaders_run_again_in_alternating_order(monkeypatch):
     from bench import distributed, harness, timing
 
