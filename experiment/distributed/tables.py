@@ -19,6 +19,8 @@ import reverb
 import tensorflow as tf
 import tree
 
+from core.errors import UserError
+
 VARIABLES_TABLE = 'variables'
 POLICY_KEY = 'policy_variables'
 TRAIN_STEP_KEY = 'train_step'
@@ -81,7 +83,13 @@ class WeightStore:
         missed (a server restarted empty counts from 0 again: its first push may then be
         skipped, and the collector acts on the weights it has until the next).
         """
-        info = self.server_info()[VARIABLES_TABLE]
+        tables = self.server_info()
+        if VARIABLES_TABLE not in tables:
+            raise UserError(
+                f"the Reverb server at {self._address} has no '{VARIABLES_TABLE}' table, so it "
+                "is not this run's replay server: pass --replay_address=HOST:PORT of the "
+                "server this run's replay role (train.py --role=replay) serves on")
+        info = tables[VARIABLES_TABLE]
         pushes = int(info.rate_limiter_info.insert_stats.completed)
         if info.current_size == 0 or pushes == self._pushes_pulled:
             return None

@@ -35,3 +35,14 @@ def test_a_pull_brings_each_push_once(address):
     np.testing.assert_array_equal(values[1], _weights(2.0)[1])
     # Every store keeps its own count: a new one (a restarted collector) pulls at once.
     assert tables.WeightStore(address, timeout_s=5).pull()[1] == 20
+
+
+def test_a_server_without_the_weights_table_is_refused_in_one_line_naming_it():
+    from core.errors import UserError
+
+    other = reverb.Server([reverb.Table.queue('somebody_elses', 10)], port=None)
+    try:
+        with pytest.raises(UserError, match=f"localhost:{other.port} has no 'variables' table"):
+            tables.WeightStore(f'localhost:{other.port}', timeout_s=5).pull()
+    finally:
+        other.stop()
